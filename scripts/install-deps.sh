@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs everything journey builds and tests with, from Debian 12's own packages (run as root).
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+packages=(
+  build-essential cmake pkg-config git xz-utils
+  libeigen3-dev nlohmann-json3-dev libsentencepiece-dev libgraphviz-dev graphviz
+  doctest-dev libcpp-httplib-dev libcli11-dev
+  python3-numpy python3-torch python3-jinja2 python3-sentencepiece
+  curl chromium
+)
+# Node.js (for the official openai client in the server tests): Debian's, unless one is already installed.
+command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

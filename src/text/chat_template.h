@@ -1,0 +1,44 @@
+// Chat templates: the model's own Jinja template (tokenizer_config.json "chat_template",
+// chat_template.jinja, or GGUF tokenizer.chat_template), rendered by a Jinja subset written here,
+// with a named built-in fallback for models that ship none (stories260K: plain prompt).
+#pragma once
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace journey {
+
+struct ChatMessage {
+  std::string role;     // "system", "user", "assistant"
+  std::string content;
+};
+
+struct ChatTemplateInputs {
+  std::vector<ChatMessage> messages;
+  bool add_generation_prompt = true;
+  std::string bos_token;
+  std::string eos_token;
+};
+
+class ChatTemplate {
+ public:
+  virtual ~ChatTemplate() = default;
+  virtual std::string render(const ChatTemplateInputs& inputs) const = 0;  // throws journey::Error
+  virtual std::string name() const = 0;  // "jinja:<source>" or "builtin:plain" ...
+};
+
+// Parse Jinja source; unsupported syntax is reported with line/column.
+std::unique_ptr<ChatTemplate> make_jinja_template(const std::string& source, const std::string& origin);
+// Built-in formats: "plain" (contents joined, for base models), "chatml", "llama2", "llama3".
+std::unique_ptr<ChatTemplate> make_builtin_template(const std::string& name);
+
+struct ModelChatTemplate {
+  std::unique_ptr<ChatTemplate> chat_template;
+  std::string bos_token;  // as tokenizer_config.json names them ("" if unknown)
+  std::string eos_token;
+};
+// Template for a model directory / GGUF file / tokenizer-only directory; falls back to "plain".
+ModelChatTemplate load_chat_template(const std::filesystem::path& path);
+
+}  // namespace journey
