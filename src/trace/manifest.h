@@ -1,0 +1,99 @@
+// manifest.json: the table of contents of a trace dump (docs/dump-format.md). It says which model
+// and settings produced the dump, what the prompt and its tokens were, what each step fed and
+// sampled, and lists every tensor file with its stage, layer, step, shape and dtype. The C++ engine
+// and tools/trace/reference.py both write it; the tracer, the diff and the golden tests read it.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace journey {
+
+inline constexpr const char* kTraceFormat = "journey-trace";
+inline constexpr int kTraceVersion = 1;
+
+struct ManifestToken {
+  int32_t id = 0;
+  std::string piece;
+};
+
+struct ManifestAlternative {
+  int32_t id = 0;
+  std::string piece;
+  double prob = 0.0;
+};
+
+struct ManifestSampled {
+  int32_t id = 0;
+  std::string piece;
+  double prob = 0.0;
+  std::vector<ManifestAlternative> top;  // most probable first
+};
+
+struct ManifestStep {
+  int step = 0;
+  std::string kind;                 // "prefill" or "decode"
+  std::vector<int64_t> positions;   // [T] positions of the tokens fed in this step
+  std::optional<ManifestSampled> sampled;
+};
+
+struct ManifestTensor {
+  std::string name;                 // "L3.q" for layer stages, "logits" for global ones
+  std::string stage;                // stage name from stages.def
+  int layer = -1;                   // -1 for global stages
+  int step = 0;
+  std::vector<int64_t> shape;
+  std::string dtype = "f32";        // "f32" or "i32"
+  std::string file;                 // relative to the dump directory
+  std::vector<int> heads;           // head filter applied to this tensor; empty = all heads
+};
+
+struct ManifestModel {
+  std::string path;
+  std::string architecture;
+  nlohmann::json config = nlohmann::json::object();  // config.json as read (or the fields that matter)
+  std::string hash;                                   // model_fingerprint(): "sha256:<hex>"
+};
+
+struct Manifest {
+  std::string format = kTraceFormat;
+  int version = kTraceVersion;
+  std::string generated_by_tool;     // "journey trace", "reference.py", ...
+  std::string generated_by_command;  // the command line that regenerates this dump
+  ManifestModel model;
+  nlohmann::json settings = nlohmann::json::object();
+  std::string prompt;
+  std::string template_text;
+  std::vector<ManifestToken> tokens;
+  std::vector<ManifestStep> steps;
+  std::vector<ManifestTensor> tensors;
+
+  // The entry for (stage, layer, step), or nullptr.
+  const ManifestTensor* find(const std::string& stage, int layer, int step) const;
+};
+
+// The dump name of a stage: "L3.q" for layer stages, the bare name for global ones.
+std::string tensor_name(const std::string& stage, int layer);
+// The file a tensor is stored in: "s000.L03.q.npy", "s001.logits.npy".
+std::string tensor_file_name(const std::string& stage, int layer, int step);
+
+nlohmann::json manifest_to_json(const Manifest& manifest);
+// where: the file the JSON came from, for messages.
+Manifest manifest_from_json(const nlohmann::json& json, const std::string& where);
+
+void write_manifest(const std::filesystem::path& path, const Manifest& manifest);
+// Reads and validates format/version; throws journey::Error naming the file and the field.
+Manifest read_manifest(const std::filesystem::path& path);
+
+// The model fingerprint stored in manifests: sha256 over the bytes of config.json followed by one
+// line "<file name> <size in bytes>\n" per *.safetensors file in name order. Cheap (weights are not
+// read) and changes whenever the configuration or a weight file changes size. For a model that is
+// a single file (llama2.c, GGUF) the line for that file replaces config.json. tools/trace/reference.py
+// computes the same value.
+std::string model_fingerprint(const std::filesystem::path& model_path);
+
+}  // namespace journey
