@@ -1,0 +1,138 @@
+#include "sampling/processors.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace journey {
+namespace {
+
+// Divide by the sum so the probabilities add up to 1 again (sum in double for large vocabularies).
+void renormalize(std::span<float> probs) {
+  double total = 0.0;
+  for (float p : probs) total += p;
+  if (total <= 0.0) return;
+  for (float& p : probs) p = static_cast<float>(p / total);
+}
+
+// Ids ordered by descending value, ties by ascending id: the order every filter ranks tokens in.
+auto by_value_desc(std::span<const float> values) {
+  return [values](int32_t a, int32_t b) { return values[a] > values[b] || (values[a] == values[b] && a < b); };
+}
+
+void check_id(int32_t id, size_t vocab_size, const char* what) {
+  if (id < 0 || static_cast<size_t>(id) >= vocab_size)
+    fail("sampling: ", what, ": token id ", id, " is outside the vocabulary [0, ", vocab_size, ")");
+}
+
+}  // namespace
+
+void apply_repetition_penalty(std::span<float> logits, const std::unordered_set<int32_t>& seen, double penalty) {
+  if (penalty == 1.0) return;
+  for (int32_t id : seen) {
+    check_id(id, logits.size(), "repetition_penalty");
+    float& logit = logits[id];
+    logit = logit > 0 ? static_cast<float>(logit / penalty) : static_cast<float>(logit * penalty);
+  }
+}
+
+void apply_frequency_presence_penalties(std::span<float> logits, const std::unordered_map<int32_t, int>& output_counts,
+                                        double frequency, double presence) {
+  if (frequency == 0.0 && presence == 0.0) return;
+  for (auto [id, count] : output_counts) {
+    check_id(id, logits.size(), "frequency/presence penalty");
+    logits[id] -= static_cast<float>(frequency * count + presence * (count > 0 ? 1.0 : 0.0));
+  }
+}
+
+void apply_temperature(std::span<float> logits, double temperature) {
+  for (float& logit : logits) logit = static_cast<float>(logit / temperature);
+}
+
+std::vector<float> softmax(std::span<const float> logits) {
+  std::vector<float> probs(logits.size());  // [V]
+  float max_logit = *std::max_element(logits.begin(), logits.end());
+  double total = 0.0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    probs[i] = std::exp(logits[i] - max_logit);
+    total += probs[i];
+  }
+  for (float& p : probs) p = static_cast<float>(p / total);
+  return probs;
+}
+
+std::vector<float> log_softmax(std::span<const float> logits) {
+  std::vector<float> logprobs(logits.size());  // [V]
+  float max_logit = *std::max_element(logits.begin(), logits.end());
+  double total = 0.0;
+  for (float logit : logits) total += std::exp(static_cast<double>(logit) - max_logit);
+  double log_total = std::log(total);
+  for (size_t i = 0; i < logits.size(); ++i)
+    logprobs[i] = static_cast<float>(static_cast<double>(logits[i]) - max_logit - log_total);
+  return logprobs;
+}
+
+void keep_top_k(std::span<float> probs, int k) {
+  if (k <= 0 || static_cast<size_t>(k) >= probs.size()) return;
+  std::vector<int32_t> ids(probs.size());  // [V]
+  std::iota(ids.begin(), ids.end(), 0);
+  std::nth_element(ids.begin(), ids.begin() + (k - 1), ids.end(), by_value_desc(probs));
+  // ids[k..] rank below the k-th token (nth_element partitions with the same ordering).
+  for (size_t i = static_cast<size_t>(k); i < ids.size(); ++i) probs[ids[i]] = 0.0f;
+  renormalize(probs);
+}
+
+void keep_top_p(std::span<float> probs, double top_p) {
+  if (top_p >= 1.0) return;
+  std::vector<int32_t> ids;  // [n nonzero] candidates, most probable first
+  for (size_t i = 0; i < probs.size(); ++i)
+    if (probs[i] > 0.0f) ids.push_back(static_cast<int32_t>(i));
+  std::sort(ids.begin(), ids.end(), by_value_desc(probs));
+  double mass_before = 0.0;  // mass of the tokens ranked above the current one
+  size_t keep = 0;
+  while (keep < ids.size() && mass_before < top_p) mass_before += probs[ids[keep++]];
+  for (size_t i = keep; i < ids.size(); ++i) probs[ids[i]] = 0.0f;
+  renormalize(probs);
+}
+
+void keep_min_p(std::span<float> probs, double min_p) {
+  if (min_p <= 0.0) return;
+  float threshold = static_cast<float>(min_p * *std::max_element(probs.begin(), probs.end()));
+  for (float& p : probs)
+    if (p < threshold) p = 0.0f;
+  renormalize(probs);
+}
+
+int32_t argmax(std::span<const float> values) {
+  // max_element returns the first of equal maxima: the lowest id.
+  return static_cast<int32_t>(std::max_element(values.begin(), values.end()) - values.begin());
+}
+
+int32_t sample_from(std::span<const float> probs, float u) {
+  double total = 0.0;
+  for (float p : probs) total += p;
+  double target = static_cast<double>(u) * total;
+  double cumulative = 0.0;
+  int32_t last_nonzero = 0;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] <= 0.0f) continue;
+    cumulative += probs[i];
+    last_nonzero = static_cast<int32_t>(i);
+    if (cumulative > target) return last_nonzero;
+  }
+  return last_nonzero;  // rounding left u * total at the very end
+}
+
+std::vector<int32_t> top_n_ids(std::span<const float> values, int n) {
+  n = std::clamp(n, 0, static_cast<int>(values.size()));
+  std::vector<int32_t> ids(values.size());  // [V]
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), by_value_desc(values));
+  ids.resize(static_cast<size_t>(n));
+  return ids;
+}
+
+}  // namespace journey

@@ -1,0 +1,74 @@
+#include "sampling/sampler.h"
+
+#include <random>
+
+#include "sampling/processors.h"
+#include "trace/sink.h"
+
+namespace journey {
+namespace {
+
+uint64_t seed_or_fresh(const SamplingParams& params) {
+  if (params.seed) return *params.seed;
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) | device();
+}
+
+const SamplingParams& validated(const SamplingParams& params) {
+  validate(params);
+  return params;
+}
+
+TraceTensor vector_tensor(const std::vector<float>& values) {
+  return TraceTensor{values, {static_cast<int64_t>(values.size())}};
+}
+
+}  // namespace
+
+Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt_ids)
+    : params_(validated(params)), seed_(seed_or_fresh(params)), rng_(seed_), seen_(prompt_ids.begin(), prompt_ids.end()) {}
+
+SampledToken Sampler::sample(std::span<const float> logits, TraceSink* sink) {
+  SampledToken chosen;
+  std::vector<float> raw_logprobs = log_softmax(logits);  // [V] what the model itself says
+
+  // 1. penalties, on a copy of the logits
+  std::vector<float> penalized(logits.begin(), logits.end());  // [V]
+  apply_repetition_penalty(penalized, seen_, params_.repetition_penalty);
+  apply_frequency_presence_penalties(penalized, output_counts_, params_.frequency_penalty, params_.presence_penalty);
+  JOURNEY_TRACE(sink, Stage::probs_penalized, -1, vector_tensor(penalized));
+
+  if (params_.greedy()) {
+    // 2'. greedy: the most likely token after the penalties
+    chosen.id = argmax(penalized);
+    chosen.prob = softmax(penalized)[chosen.id];
+  } else {
+    // 2. temperature, then the distribution
+    apply_temperature(penalized, params_.temperature);
+    std::vector<float> probs = softmax(penalized);  // [V]
+    JOURNEY_TRACE(sink, Stage::probs_temperature, -1, vector_tensor(probs));
+    // 3. top-k, 4. top-p, 5. min-p: each zeroes tokens and renormalizes
+    keep_top_k(probs, params_.top_k);
+    JOURNEY_TRACE(sink, Stage::probs_top_k, -1, vector_tensor(probs));
+    keep_top_p(probs, params_.top_p);
+    JOURNEY_TRACE(sink, Stage::probs_top_p, -1, vector_tensor(probs));
+    keep_min_p(probs, params_.min_p);
+    JOURNEY_TRACE(sink, Stage::probs_min_p, -1, vector_tensor(probs));
+    // 6. draw
+    chosen.id = sample_from(probs, rng_.next_float());
+    chosen.prob = probs[chosen.id];
+  }
+
+  chosen.logprob = raw_logprobs[chosen.id];
+  for (int32_t id : top_n_ids(raw_logprobs, params_.logprobs)) chosen.top.push_back({id, raw_logprobs[id]});
+  if (sink != nullptr && sink->wants(Stage::sampled, -1)) {
+    int32_t id = chosen.id;
+    sink->record_ints(Stage::sampled, -1, std::span<const int32_t>(&id, 1), {1});
+  }
+
+  seen_.insert(chosen.id);
+  ++output_counts_[chosen.id];
+  return chosen;
+}
+
+}  // namespace journey
