@@ -1,0 +1,337 @@
+// CpuBackend: the forward pass as a textbook writes it (llama2.c's run.c is the model), over all
+// tokens of all sequences of a step at once. The projections see the step's tokens as ONE matrix
+// [N, E] (N = sum of the sequences' token counts), so each weight matrix is read once per step;
+// attention is the only per-sequence part, because each sequence has its own history in the KV pool.
+//
+// Trace rule (docs/reference-path.md): every row-wise stage covers all N rows of the step, the
+// sequences' rows concatenated in batch order. attn_scores / attn_weights ([H, T, P]) and kv_blocks
+// have a per-sequence shape and are emitted only when the batch holds a single sequence.
+#include "reference/cpu_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "core/error.h"
+#include "reference/ops.h"
+#include "trace/sink.h"
+
+namespace journey {
+
+namespace {
+
+struct LayerWeights {
+  std::vector<float> attn_norm;  // [E]
+  std::vector<float> wq, wk, wv; // [H*D, E], [KVH*D, E], [KVH*D, E]
+  std::vector<float> bq, bk, bv; // [H*D], [KVH*D], [KVH*D]   (Qwen2; empty otherwise)
+  std::vector<float> q_norm;     // [D]                       (Qwen3; empty otherwise)
+  std::vector<float> k_norm;     // [D]                       (Qwen3; empty otherwise)
+  std::vector<float> wo;         // [E, H*D]
+  std::vector<float> ffn_norm;   // [E]
+  std::vector<float> w_gate;     // [F, E]
+  std::vector<float> w_up;       // [F, E]
+  std::vector<float> w_down;     // [E, F]
+};
+
+// One tensor widened to f32, after checking that it exists with the shape the config implies.
+std::vector<float> load_tensor(const WeightStore& weights, const std::string& name, std::vector<int64_t> shape) {
+  const TensorRef& t = weights.get(name);
+  if (t.shape != shape) {
+    auto show = [](const std::vector<int64_t>& s) {
+      std::string out = "[";
+      for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+      return out + "]";
+    };
+    fail("tensor ", name, " in ", t.source, ": expected shape ", show(shape), " (from the model config), found ",
+         show(t.shape));
+  }
+  if (!dtype_is_float(t.dtype) && t.dtype != DType::Q8_0 && t.dtype != DType::Q4_0)
+    fail("tensor ", name, " in ", t.source, ": expected a float or quantized weight type, found ", dtype_name(t.dtype));
+  return t.to_f32();
+}
+
+TraceTensor trace_view(const std::vector<float>& buffer, std::vector<int64_t> shape) {
+  return TraceTensor{std::span<const float>(buffer.data(), buffer.size()), std::move(shape)};
+}
+
+}  // namespace
+
+class CpuBackend : public Backend {
+ public:
+  CpuBackend(const LoadedModel& model, const CpuOptions& options);
+
+  std::string name() const override { return "cpu"; }
+  const ModelConfig& config() const override { return config_; }
+  void allocate_kv_cache(int64_t num_blocks, int64_t block_size) override;
+  int64_t kv_block_size() const override { return block_size_; }
+  int64_t kv_num_blocks() const override { return num_blocks_; }
+  int64_t kv_block_bytes(int64_t block_size) const override {
+    return 2 * L_ * block_size * KVH_ * D_ * int64_t(sizeof(float));
+  }
+  void copy_kv_block(int32_t src, int32_t dst) override;
+  ForwardOutput forward(const ForwardBatch& batch, TraceSink* sink) override;
+
+ private:
+  void check_batch(const ForwardBatch& batch) const;
+
+  ModelConfig config_;
+  CpuOptions options_;
+  int threads_ = 1;
+  int64_t E_, F_, L_, H_, KVH_, D_, V_;  // hidden, FFN, layers, heads, kv heads, head_dim, vocab
+
+  std::vector<float> embed_tokens_;  // [V, E]
+  std::vector<LayerWeights> layers_; // [L]
+  std::vector<float> final_norm_;    // [E]
+  std::vector<float> lm_head_own_;   // [V, E] (empty when tied to embed_tokens_)
+  const float* lm_head_ = nullptr;   // [V, E]
+
+  int64_t num_blocks_ = 0, block_size_ = 0;
+  std::vector<std::vector<float>> k_pool_, v_pool_;  // [L][num_blocks, block_size, KVH, D]
+};
+
+CpuBackend::CpuBackend(const LoadedModel& model, const CpuOptions& options)
+    : config_(model.config), options_(options) {
+  const ModelConfig& c = config_;
+  const std::string where = model.path.empty() ? std::string("the model") : model.path.string();
+  if (c.hidden_size <= 0 || c.intermediate_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 ||
+      c.num_kv_heads <= 0 || c.vocab_size <= 0)
+    fail(where, ": config has a non-positive size (hidden ", c.hidden_size, ", intermediate ", c.intermediate_size,
+         ", layers ", c.num_layers, ", heads ", c.num_heads, ", kv heads ", c.num_kv_heads, ", vocab ", c.vocab_size,
+         ")");
+  if (c.num_heads % c.num_kv_heads != 0)
+    fail(where, ": num_attention_heads (", c.num_heads, ") is not a multiple of num_key_value_heads (",
+         c.num_kv_heads, ")");
+  E_ = c.hidden_size, F_ = c.intermediate_size, L_ = c.num_layers, H_ = c.num_heads, KVH_ = c.num_kv_heads;
+  D_ = c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_heads, V_ = c.vocab_size;
+  config_.head_dim = D_;
+  if (D_ % 2 != 0) fail(where, ": head_dim ", D_, " is odd; rotary embeddings rotate pairs of dimensions");
+  threads_ = options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+
+  const WeightStore& w = model.weights;
+  embed_tokens_ = load_tensor(w, "model.embed_tokens.weight", {V_, E_});
+  layers_.resize(size_t(L_));
+  for (int64_t i = 0; i < L_; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerWeights& lw = layers_[size_t(i)];
+    lw.attn_norm = load_tensor(w, p + "input_layernorm.weight", {E_});
+    lw.wq = load_tensor(w, p + "self_attn.q_proj.weight", {H_ * D_, E_});
+    lw.wk = load_tensor(w, p + "self_attn.k_proj.weight", {KVH_ * D_, E_});
+    lw.wv = load_tensor(w, p + "self_attn.v_proj.weight", {KVH_ * D_, E_});
+    if (c.attention_bias) {
+      lw.bq = load_tensor(w, p + "self_attn.q_proj.bias", {H_ * D_});
+      lw.bk = load_tensor(w, p + "self_attn.k_proj.bias", {KVH_ * D_});
+      lw.bv = load_tensor(w, p + "self_attn.v_proj.bias", {KVH_ * D_});
+    }
+    if (c.qk_norm) {
+      lw.q_norm = load_tensor(w, p + "self_attn.q_norm.weight", {D_});
+      lw.k_norm = load_tensor(w, p + "self_attn.k_norm.weight", {D_});
+    }
+    lw.wo = load_tensor(w, p + "self_attn.o_proj.weight", {E_, H_ * D_});
+    lw.ffn_norm = load_tensor(w, p + "post_attention_layernorm.weight", {E_});
+    lw.w_gate = load_tensor(w, p + "mlp.gate_proj.weight", {F_, E_});
+    lw.w_up = load_tensor(w, p + "mlp.up_proj.weight", {F_, E_});
+    lw.w_down = load_tensor(w, p + "mlp.down_proj.weight", {E_, F_});
+  }
+  final_norm_ = load_tensor(w, "model.norm.weight", {E_});
+  // Tied models reuse the embedding matrix as the LM head (logits = h embed_tokens^T).
+  if (c.tie_word_embeddings && !w.has("lm_head.weight")) {
+    lm_head_ = embed_tokens_.data();
+  } else {
+    lm_head_own_ = load_tensor(w, "lm_head.weight", {V_, E_});
+    lm_head_ = lm_head_own_.data();
+  }
+}
+
+void CpuBackend::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
+  if (num_blocks <= 0 || block_size <= 0)
+    fail("KV cache: num_blocks (", num_blocks, ") and block_size (", block_size, ") must be positive");
+  num_blocks_ = num_blocks, block_size_ = block_size;
+  const size_t floats = size_t(num_blocks * block_size * KVH_ * D_);
+  k_pool_.assign(size_t(L_), std::vector<float>(floats, 0.0f));
+  v_pool_.assign(size_t(L_), std::vector<float>(floats, 0.0f));
+}
+
+void CpuBackend::copy_kv_block(int32_t src, int32_t dst) {
+  if (src < 0 || src >= num_blocks_ || dst < 0 || dst >= num_blocks_)
+    fail("copy_kv_block(", src, ", ", dst, "): block ids must lie in [0, ", num_blocks_, ")");
+  const int64_t block_floats = block_size_ * KVH_ * D_;
+  for (int64_t l = 0; l < L_; ++l) {
+    std::memcpy(k_pool_[l].data() + dst * block_floats, k_pool_[l].data() + src * block_floats,
+                sizeof(float) * block_floats);
+    std::memcpy(v_pool_[l].data() + dst * block_floats, v_pool_[l].data() + src * block_floats,
+                sizeof(float) * block_floats);
+  }
+}
+
+void CpuBackend::check_batch(const ForwardBatch& batch) const {
+  if (num_blocks_ == 0) fail("forward: the KV cache is not allocated (call allocate_kv_cache first)");
+  if (batch.sequences.empty()) fail("forward: the batch holds no sequences");
+  for (const SequenceInput& s : batch.sequences) {
+    const int64_t T = int64_t(s.tokens.size());
+    if (T == 0) fail("forward: sequence ", s.seq_id, " feeds no tokens");
+    if (s.start_position < 0) fail("forward: sequence ", s.seq_id, " has start_position ", s.start_position);
+    const int64_t end = s.start_position + T;
+    if (config_.max_position_embeddings > 0 && end > config_.max_position_embeddings)
+      fail("forward: sequence ", s.seq_id, " reaches position ", end - 1, " but the model's context is ",
+           config_.max_position_embeddings, " positions");
+    for (int32_t id : s.tokens)
+      if (id < 0 || id >= V_) fail("forward: sequence ", s.seq_id, " has token id ", id, " outside [0, ", V_, ")");
+    const int64_t blocks_needed = (end + block_size_ - 1) / block_size_;
+    if (int64_t(s.block_table.size()) < blocks_needed)
+      fail("forward: sequence ", s.seq_id, " covers positions [0, ", end, ") with block size ", block_size_,
+           " and needs ", blocks_needed, " blocks, but its block table has ", s.block_table.size());
+    for (int64_t b = 0; b < blocks_needed; ++b)
+      if (s.block_table[b] < 0 || s.block_table[b] >= num_blocks_)
+        fail("forward: sequence ", s.seq_id, " block table entry ", b, " is ", s.block_table[b],
+             ", outside the pool [0, ", num_blocks_, ")");
+  }
+}
+
+ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
+  check_batch(batch);
+  const ModelConfig& c = config_;
+  const float eps = float(c.rms_norm_eps);
+  const bool single = batch.sequences.size() == 1;  // per-sequence stages are traced only then
+  const int64_t E = E_, F = F_, H = H_, KVH = KVH_, D = D_, V = V_;
+
+  // The step's tokens, sequences concatenated: row r belongs to sequence seq_of_row... (first_row[i] ..)
+  std::vector<int64_t> first_row;  // [S + 1] first row of each sequence
+  std::vector<int32_t> tokens;     // [N]
+  std::vector<int64_t> positions;  // [N] absolute position of each row
+  first_row.push_back(0);
+  for (const SequenceInput& s : batch.sequences) {
+    for (size_t t = 0; t < s.tokens.size(); ++t) {
+      tokens.push_back(s.tokens[t]);
+      positions.push_back(s.start_position + int64_t(t));
+    }
+    first_row.push_back(int64_t(tokens.size()));
+  }
+  const int64_t N = int64_t(tokens.size());
+  std::vector<int64_t> q_positions = positions;  // [N] positions RoPE rotates q by
+  for (int64_t& p : q_positions) p += options_.debug_rope_position_offset;  // 0 except in the planted-bug test
+
+  if (sink && sink->wants(Stage::token_ids, -1)) sink->record_ints(Stage::token_ids, -1, tokens, {N});
+  if (single && sink && sink->wants(Stage::kv_blocks, -1)) {
+    const auto& table = batch.sequences[0].block_table;
+    sink->record_ints(Stage::kv_blocks, -1, table, {int64_t(table.size())});
+  }
+
+  std::vector<float> x(size_t(N * E));               // [N, E] the residual stream
+  std::vector<float> xn(size_t(N * E));              // [N, E] normalized input of a sublayer
+  std::vector<float> q(size_t(N * H * D));           // [N, H, D]
+  std::vector<float> k(size_t(N * KVH * D));         // [N, KVH, D]
+  std::vector<float> v(size_t(N * KVH * D));         // [N, KVH, D]
+  std::vector<float> context(size_t(N * H * D));     // [N, H*D] attention output, heads concatenated
+  std::vector<float> attn_out(size_t(N * E));        // [N, E]
+  std::vector<float> gate(size_t(N * F));            // [N, F]
+  std::vector<float> up(size_t(N * F));              // [N, F]
+  std::vector<float> act(size_t(N * F));             // [N, F]
+  std::vector<float> ffn_out(size_t(N * E));         // [N, E]
+  std::vector<float> scores, weights;                // [H, T, P] only when traced
+
+  // embedding: one row of the table per token
+  ops::embedding_gather(x.data(), embed_tokens_.data(), tokens.data(), N, E);
+  JOURNEY_TRACE(sink, Stage::embeddings, -1, trace_view(x, {N, E}));
+
+  for (int64_t l = 0; l < L_; ++l) {
+    const LayerWeights& lw = layers_[size_t(l)];
+    const int il = int(l);
+
+    // attention sublayer: RMSNorm
+    ops::rms_norm(xn.data(), x.data(), lw.attn_norm.data(), N, E, eps);
+    JOURNEY_TRACE(sink, Stage::attn_norm, il, trace_view(xn, {N, E}));
+
+    // q, k, v projections (Qwen2 adds biases)
+    ops::linear(q.data(), xn.data(), lw.wq.data(), lw.bq.empty() ? nullptr : lw.bq.data(), N, E, H * D, threads_);
+    ops::linear(k.data(), xn.data(), lw.wk.data(), lw.bk.empty() ? nullptr : lw.bk.data(), N, E, KVH * D, threads_);
+    ops::linear(v.data(), xn.data(), lw.wv.data(), lw.bv.empty() ? nullptr : lw.bv.data(), N, E, KVH * D, threads_);
+    JOURNEY_TRACE(sink, Stage::q, il, trace_view(q, {N, H, D}));
+    JOURNEY_TRACE(sink, Stage::k, il, trace_view(k, {N, KVH, D}));
+    JOURNEY_TRACE(sink, Stage::v, il, trace_view(v, {N, KVH, D}));
+
+    // Qwen3: RMSNorm over head_dim of every head of q and k, before RoPE
+    if (c.qk_norm) {
+      ops::rms_norm(q.data(), q.data(), lw.q_norm.data(), N * H, D, eps);
+      ops::rms_norm(k.data(), k.data(), lw.k_norm.data(), N * KVH, D, eps);
+      JOURNEY_TRACE(sink, Stage::q_norm, il, trace_view(q, {N, H, D}));
+      JOURNEY_TRACE(sink, Stage::k_norm, il, trace_view(k, {N, KVH, D}));
+    }
+
+    // rotary position embedding of q and k
+    ops::rope(q.data(), q_positions.data(), N, H, D, c.rope_theta, c.rope_layout);
+    ops::rope(k.data(), positions.data(), N, KVH, D, c.rope_theta, c.rope_layout);
+    JOURNEY_TRACE(sink, Stage::q_rope, il, trace_view(q, {N, H, D}));
+    JOURNEY_TRACE(sink, Stage::k_rope, il, trace_view(k, {N, KVH, D}));
+
+    // per sequence: store k, v in the pool, then attend over positions [0, start + T)
+    for (size_t i = 0; i < batch.sequences.size(); ++i) {
+      const SequenceInput& s = batch.sequences[i];
+      const int64_t r0 = first_row[i], T = first_row[i + 1] - r0, start = s.start_position, P = start + T;
+      ops::kv_cache_write(k_pool_[l].data(), v_pool_[l].data(), k.data() + r0 * KVH * D, v.data() + r0 * KVH * D,
+                          s.block_table.data(), T, start, block_size_, KVH, D);
+      const bool trace_scores = single && sink && sink->wants(Stage::attn_scores, il);
+      const bool trace_weights = single && sink && sink->wants(Stage::attn_weights, il);
+      if (trace_scores) scores.assign(size_t(H * T * P), 0.0f);
+      if (trace_weights) weights.assign(size_t(H * T * P), 0.0f);
+      ops::paged_attention(context.data() + r0 * H * D, q.data() + r0 * H * D, k_pool_[l].data(), v_pool_[l].data(),
+                           s.block_table.data(), T, start, block_size_, H, KVH, D,
+                           trace_scores ? scores.data() : nullptr, trace_weights ? weights.data() : nullptr, threads_);
+      if (trace_scores) sink->record(Stage::attn_scores, il, trace_view(scores, {H, T, P}));
+      if (trace_weights) sink->record(Stage::attn_weights, il, trace_view(weights, {H, T, P}));
+    }
+    JOURNEY_TRACE(sink, Stage::attn_context, il, trace_view(context, {N, H * D}));
+
+    // output projection, then the residual connection
+    ops::linear(attn_out.data(), context.data(), lw.wo.data(), nullptr, N, H * D, E, threads_);
+    JOURNEY_TRACE(sink, Stage::attn_out, il, trace_view(attn_out, {N, E}));
+    ops::residual_add(x.data(), x.data(), attn_out.data(), N * E);
+    JOURNEY_TRACE(sink, Stage::resid_attn, il, trace_view(x, {N, E}));
+
+    // FFN sublayer: RMSNorm
+    ops::rms_norm(xn.data(), x.data(), lw.ffn_norm.data(), N, E, eps);
+    JOURNEY_TRACE(sink, Stage::ffn_norm, il, trace_view(xn, {N, E}));
+
+    // gate and up projections, SwiGLU, down projection
+    ops::linear(gate.data(), xn.data(), lw.w_gate.data(), nullptr, N, E, F, threads_);
+    ops::linear(up.data(), xn.data(), lw.w_up.data(), nullptr, N, E, F, threads_);
+    JOURNEY_TRACE(sink, Stage::gate, il, trace_view(gate, {N, F}));
+    JOURNEY_TRACE(sink, Stage::up, il, trace_view(up, {N, F}));
+    ops::swiglu(act.data(), gate.data(), up.data(), N * F);
+    JOURNEY_TRACE(sink, Stage::act, il, trace_view(act, {N, F}));
+    ops::linear(ffn_out.data(), act.data(), lw.w_down.data(), nullptr, N, F, E, threads_);
+    JOURNEY_TRACE(sink, Stage::ffn_out, il, trace_view(ffn_out, {N, E}));
+
+    // residual connection
+    ops::residual_add(x.data(), x.data(), ffn_out.data(), N * E);
+    JOURNEY_TRACE(sink, Stage::layer_out, il, trace_view(x, {N, E}));
+  }
+
+  // final RMSNorm
+  ops::rms_norm(xn.data(), x.data(), final_norm_.data(), N, E, eps);
+  JOURNEY_TRACE(sink, Stage::final_norm, -1, trace_view(xn, {N, E}));
+
+  // LM head, only for the rows whose logits are wanted (the last of each sequence unless all_logits)
+  ForwardOutput out;
+  out.vocab_size = V;
+  std::vector<int64_t> logit_rows;  // [R] rows of xn that get logits
+  out.row_begin.push_back(0);
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    const int64_t begin = batch.sequences[i].all_logits ? first_row[i] : first_row[i + 1] - 1;
+    for (int64_t r = begin; r < first_row[i + 1]; ++r) logit_rows.push_back(r);
+    out.row_begin.push_back(int64_t(logit_rows.size()));
+  }
+  const int64_t R = int64_t(logit_rows.size());
+  std::vector<float> head_in(size_t(R * E));  // [R, E]
+  for (int64_t j = 0; j < R; ++j)
+    std::memcpy(head_in.data() + j * E, xn.data() + logit_rows[j] * E, sizeof(float) * E);
+  out.logits.resize(size_t(R * V));  // [R, V]
+  ops::linear(out.logits.data(), head_in.data(), lm_head_, nullptr, R, E, V, threads_);
+  JOURNEY_TRACE(sink, Stage::logits, -1, trace_view(out.logits, {R, V}));
+  return out;
+}
+
+std::unique_ptr<Backend> make_cpu_backend(const LoadedModel& model, const CpuOptions& options) {
+  return std::make_unique<CpuBackend>(model, options);
+}
+
+}  // namespace journey

@@ -1,0 +1,167 @@
+// The reference ops: Eigen for the arithmetic, OpenMP (when CMake found it) to split work across
+// threads. Each function is the literal formula from ops.h; speed comes only from not doing
+// anything twice (weights are read once per linear(), attention reads each K/V row once per query).
+#include "reference/ops.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace journey::ops {
+
+namespace {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatrixMap = Eigen::Map<RowMatrix>;
+using ConstMatrixMap = Eigen::Map<const RowMatrix>;
+using VectorMap = Eigen::Map<Eigen::VectorXf>;
+using ConstVectorMap = Eigen::Map<const Eigen::VectorXf>;
+
+// Attention for one sequence, with K/V rows fetched by key_row(p, kv_head) / value_row(p, kv_head):
+// the one loop both attention() and paged_attention() run, so they cannot drift apart.
+template <typename KeyRow, typename ValueRow>
+void attention_core(float* context, const float* q, KeyRow key_row, ValueRow value_row, int64_t T, int64_t start,
+                    int64_t H, int64_t KVH, int64_t D, float* scores_out, float* weights_out, int threads) {
+  const int64_t P = start + T;
+  const int64_t group = H / KVH;  // query heads per kv head
+  const float scale = 1.0f / std::sqrt(float(D));
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> row(static_cast<size_t>(P));  // [P] scores, then weights, of one (head, query)
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t kv_head = h / group;
+        const int64_t last = start + t;  // causal: attend positions [0, last]
+        ConstVectorMap query(q + (t * H + h) * D, D);  // [D]
+        // scores = q.k / sqrt(D), -inf after the query's own position
+        for (int64_t p = 0; p <= last; ++p) row[p] = query.dot(ConstVectorMap(key_row(p, kv_head), D)) * scale;
+        for (int64_t p = last + 1; p < P; ++p) row[p] = neg_inf;
+        if (scores_out) std::memcpy(scores_out + (h * T + t) * P, row.data(), sizeof(float) * P);
+        // weights = softmax(scores); masked positions become exactly 0
+        softmax(row.data(), 1, P);
+        if (weights_out) std::memcpy(weights_out + (h * T + t) * P, row.data(), sizeof(float) * P);
+        // context = sum_p weights[p] * v[p]
+        VectorMap out(context + t * H * D + h * D, D);  // [D]
+        out.setZero();
+        for (int64_t p = 0; p <= last; ++p) out += row[p] * ConstVectorMap(value_row(p, kv_head), D);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void embedding_gather(float* out, const float* table, const int32_t* tokens, int64_t T, int64_t E) {
+  for (int64_t t = 0; t < T; ++t) std::memcpy(out + t * E, table + int64_t(tokens[t]) * E, sizeof(float) * E);
+}
+
+void rms_norm(float* out, const float* x, const float* weight, int64_t R, int64_t N, float eps) {
+  ConstVectorMap w(weight, N);
+  for (int64_t r = 0; r < R; ++r) {
+    ConstVectorMap in(x + r * N, N);
+    const float inv_rms = 1.0f / std::sqrt(in.squaredNorm() / float(N) + eps);
+    VectorMap(out + r * N, N) = (in * inv_rms).cwiseProduct(w);
+  }
+}
+
+void rope(float* x, const int64_t* positions, int64_t T, int64_t heads, int64_t D, double theta, RopeLayout layout) {
+  const int64_t half = D / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));  // [D/2] theta^(-2i/D), in f32 like HF's inv_freq
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] = 1.0f / std::pow(float(theta), float(2 * i) / float(D));
+  std::vector<float> cos_t(static_cast<size_t>(half)), sin_t(static_cast<size_t>(half));  // [D/2] for one position
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = float(positions[t]) * inv_freq[i];
+      cos_t[i] = std::cos(angle);
+      sin_t[i] = std::sin(angle);
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      float* head = x + (t * heads + h) * D;  // [D]
+      for (int64_t i = 0; i < half; ++i) {
+        // the two members of pair i
+        const int64_t a = layout == RopeLayout::HalfSplit ? i : 2 * i;
+        const int64_t b = layout == RopeLayout::HalfSplit ? i + half : 2 * i + 1;
+        const float x0 = head[a], x1 = head[b];
+        head[a] = x0 * cos_t[i] - x1 * sin_t[i];
+        head[b] = x0 * sin_t[i] + x1 * cos_t[i];
+      }
+    }
+  }
+}
+
+void linear(float* y, const float* x, const float* weight, const float* bias, int64_t T, int64_t in, int64_t out,
+            int threads) {
+  ConstMatrixMap X(x, T, in);          // [T, in]
+  ConstMatrixMap W(weight, out, in);   // [out, in]
+  MatrixMap Y(y, T, out);              // [T, out]
+  // Each thread owns a contiguous block of output rows of W (columns of Y), a multiple of 16 wide
+  // so that chunk edges stay aligned to SIMD width. Inside a parallel region Eigen runs serially.
+  const int64_t n_chunks = std::max<int64_t>(1, std::min<int64_t>(threads, out / 16));
+  const int64_t chunk = ((out + n_chunks - 1) / n_chunks + 15) / 16 * 16;
+#pragma omp parallel for num_threads(int(n_chunks)) schedule(static)
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const int64_t begin = c * chunk;
+    const int64_t width = std::min(out, begin + chunk) - begin;
+    if (width <= 0) continue;
+    if (T == 1) {
+      // decode: y = W x, a matrix-vector product over this thread's rows
+      Eigen::Map<Eigen::RowVectorXf>(y + begin, width).noalias() =
+          (W.middleRows(begin, width) * X.row(0).transpose()).transpose();
+    } else {
+      Y.middleCols(begin, width).noalias() = X * W.middleRows(begin, width).transpose();
+    }
+    if (bias) Y.middleCols(begin, width).rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias + begin, width);
+  }
+}
+
+void softmax(float* x, int64_t R, int64_t N) {
+  for (int64_t r = 0; r < R; ++r) {
+    VectorMap row(x + r * N, N);
+    const float max = row.maxCoeff();  // subtract the max so exp never overflows
+    row = (row.array() - max).exp();
+    row /= row.sum();
+  }
+}
+
+void swiglu(float* out, const float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void residual_add(float* out, const float* a, const float* b, int64_t n) {
+  VectorMap(out, n) = ConstVectorMap(a, n) + ConstVectorMap(b, n);
+}
+
+void attention(float* context, const float* q, const float* k, const float* v, int64_t T, int64_t start, int64_t H,
+               int64_t KVH, int64_t D, float* scores_out, float* weights_out, int threads) {
+  auto key_row = [&](int64_t p, int64_t kv_head) { return k + (p * KVH + kv_head) * D; };
+  auto value_row = [&](int64_t p, int64_t kv_head) { return v + (p * KVH + kv_head) * D; };
+  attention_core(context, q, key_row, value_row, T, start, H, KVH, D, scores_out, weights_out, threads);
+}
+
+void kv_cache_write(float* k_pool, float* v_pool, const float* k, const float* v, const int32_t* block_table,
+                    int64_t T, int64_t start, int64_t block_size, int64_t KVH, int64_t D) {
+  const int64_t row = KVH * D;  // floats per slot
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t position = start + t;
+    const int64_t slot = int64_t(block_table[position / block_size]) * block_size + position % block_size;
+    std::memcpy(k_pool + slot * row, k + t * row, sizeof(float) * row);
+    std::memcpy(v_pool + slot * row, v + t * row, sizeof(float) * row);
+  }
+}
+
+void paged_attention(float* context, const float* q, const float* k_pool, const float* v_pool,
+                     const int32_t* block_table, int64_t T, int64_t start, int64_t block_size, int64_t H,
+                     int64_t KVH, int64_t D, float* scores_out, float* weights_out, int threads) {
+  auto slot_of = [&](int64_t p) { return int64_t(block_table[p / block_size]) * block_size + p % block_size; };
+  auto key_row = [&](int64_t p, int64_t kv_head) { return k_pool + (slot_of(p) * KVH + kv_head) * D; };
+  auto value_row = [&](int64_t p, int64_t kv_head) { return v_pool + (slot_of(p) * KVH + kv_head) * D; };
+  attention_core(context, q, key_row, value_row, T, start, H, KVH, D, scores_out, weights_out, threads);
+}
+
+}  // namespace journey::ops
