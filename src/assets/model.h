@@ -3,6 +3,7 @@
 #pragma once
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "assets/weights.h"
@@ -25,7 +26,10 @@ struct LoadedModel {
   GenerationConfig generation;
   WeightStore weights;
   std::vector<FileRole> files;
+  std::vector<std::string> notes;  // fields read but ignored, assumptions made (shown by inspect)
 };
+
+std::string_view format_name(ModelFormat f);  // "Hugging Face", "llama2.c", "GGUF"
 
 // One expected tensor of an architecture, with the shape config.json implies.
 struct ExpectedTensor {
