@@ -45,6 +45,11 @@ class Tokenizer {
 // directory, a GGUF file, or a llama2.c tokenizer.bin. Throws journey::Error naming what is missing.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path);
 
+// llama2.c's tokenizer.bin: int32 max_token_length, then vocab_size x {f32 score, i32 len, bytes}.
+// The file does not store the count: pass the model's vocab_size, or -1 to read entries to EOF.
+// Encoding follows run.c's encode() (dummy prefix " ", highest-score merges, byte fallback).
+std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::filesystem::path& path, int vocab_size = -1);
+
 // Streaming decode that never emits half a UTF-8 character: bytes of a token that ends inside a
 // multi-byte character are held back until the character is complete.
 class IncrementalDetokenizer {

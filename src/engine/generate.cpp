@@ -1,0 +1,108 @@
+#include "engine/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "engine/backend.h"
+#include "text/tokenizer.h"
+
+namespace journey {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Block size of the pool when this loop allocates it (any size works for a contiguous cache).
+constexpr int64_t kBlockSize = 16;
+
+// The identity block table covering positions [0, num_positions): blocks 0, 1, 2, ...
+std::vector<int32_t> contiguous_blocks(int64_t num_positions, int64_t block_size) {
+  std::vector<int32_t> table(static_cast<size_t>((num_positions + block_size - 1) / block_size));  // [n_blocks]
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+  return table;
+}
+
+}  // namespace
+
+GenerationResult generate(Backend& backend, const Tokenizer& tokenizer, const GenerationRequest& request,
+                          const GenerationCallbacks& callbacks, TraceSink* sink) {
+  const ModelConfig& config = backend.config();
+  const int64_t context = config.max_position_embeddings;
+  const int64_t prompt_len = static_cast<int64_t>(request.prompt_ids.size());
+  validate(request.stop);
+  if (prompt_len == 0) fail("the prompt is empty: at least one token (usually BOS) is needed to start");
+  if (prompt_len > context)
+    fail("the prompt has ", prompt_len, " tokens but the model's context is ", context, " tokens");
+  for (int32_t id : request.prompt_ids)
+    if (id < 0 || id >= config.vocab_size)
+      fail("prompt token id ", id, " is outside the vocabulary [0, ", config.vocab_size, ")");
+
+  // A sampled token is fed back at the next position, so the last one we may sample is the one
+  // after position context - 1 (llama2.c: steps <= seq_len). Only fed tokens need cache slots.
+  const int64_t max_new = std::min(request.stop.max_tokens, context - prompt_len + 1);
+  const int64_t positions_needed = prompt_len + max_new - 1;
+  if (backend.kv_num_blocks() * backend.kv_block_size() < positions_needed)
+    backend.allocate_kv_cache((positions_needed + kBlockSize - 1) / kBlockSize, kBlockSize);
+  const int64_t block_size = backend.kv_block_size();
+
+  Sampler sampler(request.sampling, request.prompt_ids);
+  IncrementalDetokenizer detokenizer(tokenizer, request.prompt_ids.back(), request.skip_special);
+  StopStringMatcher stop_matcher(request.stop.stop_strings);
+  GenerationResult result;
+  result.prompt_tokens = prompt_len;
+  result.seed = sampler.seed();
+  auto emit = [&](const std::string& text) {
+    if (text.empty()) return;
+    result.text += text;
+    if (callbacks.on_text) callbacks.on_text(text);
+  };
+
+  // Prefill: the whole prompt in one forward pass; only the last position's logits are needed.
+  Clock::time_point start = Clock::now();
+  ForwardBatch batch;
+  batch.sequences.push_back(SequenceInput{0, request.prompt_ids, 0, contiguous_blocks(prompt_len, block_size)});
+  ForwardOutput output = backend.forward(batch, sink);
+  int64_t position = prompt_len;  // where the next token will be fed
+  SampledToken token = sampler.sample({output.last_row(0), static_cast<size_t>(output.vocab_size)}, sink);
+  double prefill_s = seconds_since(start);
+  result.time_to_first_token_s = prefill_s;
+  result.prefill_tokens_per_s = prompt_len / std::max(prefill_s, 1e-9);
+
+  Clock::time_point decode_start = Clock::now();
+  while (true) {
+    result.token_ids.push_back(token.id);
+    if (callbacks.on_token) callbacks.on_token(token, position);
+    // Stop rules, in order: EOS, stop string, max_tokens / context.
+    if (std::find(request.stop.eos_ids.begin(), request.stop.eos_ids.end(), token.id) != request.stop.eos_ids.end()) {
+      result.finish_reason = FinishReason::Stop;
+      break;
+    }
+    emit(stop_matcher.push(detokenizer.push(token.id)));
+    if (stop_matcher.matched()) {
+      result.finish_reason = FinishReason::Stop;
+      result.stop_string = stop_matcher.matched_stop();
+      break;
+    }
+    if (static_cast<int64_t>(result.token_ids.size()) >= max_new) {
+      result.finish_reason = FinishReason::Length;
+      break;
+    }
+    // Decode: feed the token at its position, sample the next one.
+    batch.sequences[0] = SequenceInput{0, {token.id}, position, contiguous_blocks(position + 1, block_size)};
+    output = backend.forward(batch, sink);
+    ++position;
+    token = sampler.sample({output.last_row(0), static_cast<size_t>(output.vocab_size)}, sink);
+  }
+  if (!stop_matcher.matched()) emit(stop_matcher.push(detokenizer.flush()) + stop_matcher.flush());
+
+  result.generated_tokens = static_cast<int64_t>(result.token_ids.size());
+  double decode_s = seconds_since(decode_start);
+  if (result.generated_tokens > 1) result.decode_tokens_per_s = (result.generated_tokens - 1) / std::max(decode_s, 1e-9);
+  return result;
+}
+
+}  // namespace journey
