@@ -1,0 +1,190 @@
+#include "engine/llm_engine.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "text/tokenizer.h"
+
+namespace journey {
+
+// Everything the engine keeps per request beyond what the scheduler sees.
+struct LLMEngine::Request {
+  Sequence seq;
+  GenerationRequest request;
+  Sampler sampler;
+  std::unique_ptr<IncrementalDetokenizer> detokenizer;
+  StopStringMatcher stop;     // holds back text that may still become a stop string
+  Request(GenerationRequest req, int64_t id)
+      : request(std::move(req)), sampler(request.params, request.prompt), stop(request.stop) {
+    seq.id = id;
+    seq.tokens = request.prompt;
+    seq.num_prompt_tokens = seq.num_tokens();
+    seq.max_total_tokens = seq.num_tokens() + request.max_tokens;
+  }
+};
+
+int64_t plan_kv_blocks(const Backend& backend, const EngineConfig& config, int64_t max_model_len) {
+  if (config.num_kv_blocks > 0) return config.num_kv_blocks;
+  int64_t block_bytes = backend.kv_block_bytes(config.block_size);
+  if (block_bytes <= 0) fail("KV cache: backend reports ", block_bytes, " bytes per block");
+  if (config.kv_cache_memory > 0) {
+    int64_t n = config.kv_cache_memory / block_bytes;
+    if (n < 1)
+      fail("KV cache: --kv-cache-memory ", config.kv_cache_memory, " bytes holds no block (one block of ",
+           config.block_size, " tokens takes ", block_bytes, " bytes)");
+    return n;
+  }
+  int64_t per_seq = (max_model_len + config.block_size - 1) / config.block_size;
+  int64_t wanted = per_seq * std::max<int64_t>(1, config.scheduler.max_num_seqs);
+  int64_t cap = std::max<int64_t>(per_seq, (int64_t{1} << 30) / block_bytes);
+  return std::min(wanted, cap);
+}
+
+namespace {
+int64_t model_len(const Backend& backend, const EngineConfig& config) {
+  int64_t model_max = backend.config().max_position_embeddings;
+  if (config.max_model_len > 0) return model_max > 0 ? std::min(config.max_model_len, model_max) : config.max_model_len;
+  if (model_max <= 0) fail("model config: max_position_embeddings is ", model_max, "; pass max_model_len");
+  return model_max;
+}
+int64_t allocate_pool(Backend& backend, const EngineConfig& config, int64_t max_model_len) {
+  if (config.block_size <= 0) fail("--block-size must be positive, got ", config.block_size);
+  int64_t n = plan_kv_blocks(backend, config, max_model_len);
+  backend.allocate_kv_cache(n, config.block_size);
+  return n;
+}
+}  // namespace
+
+LLMEngine::LLMEngine(Backend& backend, const EngineConfig& config, const Tokenizer* tokenizer)
+    : backend_(backend),
+      tokenizer_(tokenizer),
+      max_model_len_(model_len(backend, config)),
+      blocks_(allocate_pool(backend, config, max_model_len_), config.block_size, config.enable_prefix_caching),
+      scheduler_(config.scheduler, blocks_),
+      runner_(backend) {
+  eos_ids_ = config.eos_token_ids;
+  if (eos_ids_.empty())
+    for (int id : backend.config().eos_token_ids) eos_ids_.push_back(id);
+}
+
+LLMEngine::~LLMEngine() = default;
+
+int64_t LLMEngine::add_request(GenerationRequest request) {
+  const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
+  if (prompt_len == 0) fail("the prompt is empty (it must hold at least one token)");
+  if (request.max_tokens < 1) fail("max_tokens must be at least 1, got ", request.max_tokens);
+  if (prompt_len >= max_model_len_)
+    fail("the prompt has ", prompt_len, " tokens but the model's context is ", max_model_len_,
+         " tokens (at least one must be left to generate)");
+  if (prompt_len + request.max_tokens > max_model_len_)
+    fail("prompt (", prompt_len, " tokens) + max_tokens (", request.max_tokens, ") = ",
+         prompt_len + request.max_tokens, " exceeds the model's context of ", max_model_len_, " tokens");
+  const int64_t vocab = backend_.config().vocab_size;
+  for (int32_t t : request.prompt)
+    if (t < 0 || t >= vocab) fail("prompt token id ", t, " is outside the vocabulary [0, ", vocab, ")");
+  if (!request.stop.empty() && tokenizer_ == nullptr) fail("stop strings need a tokenizer");
+  for (const std::string& s : request.stop)
+    if (s.empty()) fail("stop strings must not be empty");
+
+  int64_t id = next_id_++;
+  auto r = std::make_unique<Request>(std::move(request), id);  // validates the sampling params
+  if (tokenizer_ != nullptr) r->detokenizer = std::make_unique<IncrementalDetokenizer>(*tokenizer_, r->seq.tokens.back());
+  scheduler_.add(&r->seq);  // throws when the pool can never hold it
+  prompt_tokens_total_ += prompt_len;
+  requests_.emplace(id, std::move(r));
+  return id;
+}
+
+void LLMEngine::abort_request(int64_t request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return;
+  Request& r = *it->second;
+  RequestOutput out;
+  out.request_id = request_id;
+  out.aborted = true;
+  out.prompt_tokens = r.seq.num_prompt_tokens;
+  out.output_tokens = r.seq.num_output_tokens();
+  scheduler_.finish(&r.seq);
+  aborted_.push_back(std::move(out));
+  requests_.erase(it);
+}
+
+
+// Append the sampled token (if any), decode it, apply the stop rules, and say what is new.
+RequestOutput LLMEngine::emit(Request& r, const std::optional<SampledToken>& token) {
+  RequestOutput out;
+  out.request_id = r.seq.id;
+  out.prompt_tokens = r.seq.num_prompt_tokens;
+  out.cached_prompt_tokens = std::min(r.seq.num_cached_tokens, r.seq.num_prompt_tokens);
+  if (!token) return out;
+  const int32_t id = token->id;
+  r.seq.tokens.push_back(id);
+  out.tokens.push_back(*token);
+  out.output_tokens = r.seq.num_output_tokens();
+
+  bool is_eos = !r.request.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
+  bool is_stop_id = std::find(r.request.stop_token_ids.begin(), r.request.stop_token_ids.end(), id) !=
+                    r.request.stop_token_ids.end();
+  if (is_eos || is_stop_id) {
+    out.finish_reason = FinishReason::Stop;  // the stop token itself adds no text
+  } else if (r.detokenizer) {
+    out.text = r.stop.push(r.detokenizer->push(id));
+    if (r.stop.matched()) out.finish_reason = FinishReason::Stop;
+  }
+  if (!out.finished() && (r.seq.num_output_tokens() >= r.request.max_tokens || r.seq.num_tokens() >= max_model_len_))
+    out.finish_reason = FinishReason::Length;
+  // Ending without a stop string: release what the detokenizer and the matcher held back.
+  if (r.detokenizer && out.finished() && !r.stop.matched()) {
+    out.text += r.stop.push(r.detokenizer->flush());
+    if (!r.stop.matched()) out.text += r.stop.flush();
+    else out.finish_reason = FinishReason::Stop;
+  }
+  return out;
+}
+
+std::vector<RequestOutput> LLMEngine::step() {
+  std::vector<RequestOutput> outputs = std::move(aborted_);
+  aborted_.clear();
+  SchedulerOutput plan = scheduler_.schedule();
+  if (plan.empty()) return outputs;
+  ForwardOutput logits = runner_.run(plan);  // one forward pass for the whole batch
+  scheduler_.commit(plan);
+  ++steps_;
+  batched_tokens_total_ += plan.num_batched_tokens;
+
+  for (size_t i = 0; i < plan.scheduled.size(); ++i) {
+    Sequence& seq = *plan.scheduled[i].seq;
+    Request& r = *requests_.at(seq.id);
+    std::optional<SampledToken> token;
+    if (seq.num_computed_tokens == seq.num_tokens()) {  // prefill done or a decode: sample
+      const float* row = logits.last_row(i);
+      token = r.sampler.sample(std::span<const float>(row, static_cast<size_t>(logits.vocab_size)));
+      ++generation_tokens_total_;
+    }
+    RequestOutput out = emit(r, token);
+    if (!token) continue;  // a prefill chunk: nothing to report yet
+    if (out.finished()) {
+      scheduler_.finish(&seq);
+      outputs.push_back(std::move(out));
+      requests_.erase(seq.id);
+    } else {
+      outputs.push_back(std::move(out));
+    }
+  }
+  return outputs;
+}
+
+EngineStats LLMEngine::stats() const {
+  EngineStats s;
+  s.running = scheduler_.num_running();
+  s.waiting = scheduler_.num_waiting();
+  s.preemptions = scheduler_.num_preemptions();
+  s.steps = steps_;
+  s.prompt_tokens_total = prompt_tokens_total_;
+  s.generation_tokens_total = generation_tokens_total_;
+  s.batched_tokens_total = batched_tokens_total_;
+  s.kv = blocks_.stats();
+  return s;
+}
+
+}  // namespace journey
