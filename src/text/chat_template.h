@@ -2,6 +2,7 @@
 // chat_template.jinja, or GGUF tokenizer.chat_template), rendered by a Jinja subset written here,
 // with a named built-in fallback for models that ship none (stories260K: plain prompt).
 #pragma once
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -19,6 +20,12 @@ struct ChatTemplateInputs {
   bool add_generation_prompt = true;
   std::string bos_token;
   std::string eos_token;
+  // strftime_now() in templates (Llama 3.2): < 0 renders the current local time; otherwise this
+  // moment (seconds since the epoch) in UTC, for reproducible prompts and tests.
+  std::int64_t now_unix_seconds = -1;
+  // Extra template variables as a JSON object text, e.g. {"enable_thinking": false} (Qwen3);
+  // "" for none. They are set after messages/bos/eos and override them.
+  std::string extra_context_json;
 };
 
 class ChatTemplate {
