@@ -10,11 +10,11 @@ namespace journey {
 // Everything the engine keeps per request beyond what the scheduler sees.
 struct LLMEngine::Request {
   Sequence seq;
-  GenerationRequest request;
+  EngineRequest request;
   Sampler sampler;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;
   StopStringMatcher stop;     // holds back text that may still become a stop string
-  Request(GenerationRequest req, int64_t id)
+  Request(EngineRequest req, int64_t id)
       : request(std::move(req)), sampler(request.params, request.prompt), stop(request.stop) {
     seq.id = id;
     seq.tokens = request.prompt;
@@ -69,7 +69,7 @@ LLMEngine::LLMEngine(Backend& backend, const EngineConfig& config, const Tokeniz
 
 LLMEngine::~LLMEngine() = default;
 
-int64_t LLMEngine::add_request(GenerationRequest request) {
+int64_t LLMEngine::add_request(EngineRequest request) {
   const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
   if (prompt_len == 0) fail("the prompt is empty (it must hold at least one token)");
   if (request.max_tokens < 1) fail("max_tokens must be at least 1, got ", request.max_tokens);

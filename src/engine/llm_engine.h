@@ -36,7 +36,7 @@ struct EngineConfig {
   SchedulerConfig scheduler;
 };
 
-struct GenerationRequest {
+struct EngineRequest {
   std::vector<int32_t> prompt;       // [P] token ids, P >= 1
   SamplingParams params;
   int64_t max_tokens = 16;           // new tokens at most
@@ -77,7 +77,7 @@ class LLMEngine {
 
   // Validates and queues a request; returns its id. Throws journey::Error (empty prompt, prompt
   // + max_tokens beyond the context, bad sampling parameters, a request the pool can never hold).
-  int64_t add_request(GenerationRequest request);
+  int64_t add_request(EngineRequest request);
   // Stops a request now and frees its blocks; its last output (finish_reason Abort) comes from
   // the next step(). Unknown or finished ids are ignored.
   void abort_request(int64_t request_id);

@@ -49,7 +49,7 @@ float max_abs_diff(const float* a, const float* b, int64_t n) {
 }
 
 // Runs requests to completion; returns the tokens of each request (by index).
-std::map<size_t, std::vector<int32_t>> run_all(LLMEngine& engine, const std::vector<GenerationRequest>& requests,
+std::map<size_t, std::vector<int32_t>> run_all(LLMEngine& engine, const std::vector<EngineRequest>& requests,
                                                std::map<size_t, std::vector<float>>* logprobs = nullptr) {
   std::map<int64_t, size_t> index;
   for (size_t i = 0; i < requests.size(); ++i) index[engine.add_request(requests[i])] = i;
@@ -117,9 +117,9 @@ TEST_CASE("continuous batching: greedy tokens alone == inside a batch of 16 mixe
   const int64_t V = backend.config().vocab_size;
   std::mt19937 rng(42);
   std::vector<int32_t> shared = random_prompt(rng, 20, V);
-  std::vector<GenerationRequest> requests;
+  std::vector<EngineRequest> requests;
   for (int i = 0; i < 16; ++i) {
-    GenerationRequest r;
+    EngineRequest r;
     r.prompt = i % 3 == 0 ? shared : std::vector<int32_t>{};
     auto tail = random_prompt(rng, 1 + rng() % 60, V);
     r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
@@ -184,7 +184,7 @@ TEST_CASE("continuous batching: greedy tokens alone == inside a batch of 16 mixe
 TEST_CASE("prefix cache on the real model: reused blocks give the same greedy continuation") {
   Backend& backend = *fixture().backend;
   std::mt19937 rng(7);
-  GenerationRequest r;
+  EngineRequest r;
   r.prompt = random_prompt(rng, 32, backend.config().vocab_size);  // exactly 2 full blocks of 16
   r.max_tokens = 12;
   r.ignore_eos = true;
@@ -211,7 +211,7 @@ TEST_CASE("abort frees the blocks; bad requests are refused with a clear error")
   Backend& backend = *fixture().backend;
   EngineConfig config;
   LLMEngine engine(backend, config);
-  GenerationRequest r;
+  EngineRequest r;
   r.prompt = {1, 2, 3, 4, 5};
   r.max_tokens = 100;
   r.ignore_eos = true;
@@ -226,19 +226,19 @@ TEST_CASE("abort frees the blocks; bad requests are refused with a clear error")
   CHECK(outs[0].aborted);
   CHECK_FALSE(engine.has_unfinished());
 
-  GenerationRequest too_long;
+  EngineRequest too_long;
   too_long.prompt.assign(static_cast<size_t>(engine.max_model_len()), 1);
   CHECK_THROWS_WITH_AS(engine.add_request(too_long), doctest::Contains("context"), Error);
-  GenerationRequest too_many;
+  EngineRequest too_many;
   too_many.prompt = {1, 2};
   too_many.max_tokens = engine.max_model_len();
   CHECK_THROWS_WITH_AS(engine.add_request(too_many), doctest::Contains("max_tokens"), Error);
-  GenerationRequest empty;
+  EngineRequest empty;
   CHECK_THROWS_AS(engine.add_request(empty), Error);
-  GenerationRequest bad_id;
+  EngineRequest bad_id;
   bad_id.prompt = {static_cast<int32_t>(backend.config().vocab_size)};
   CHECK_THROWS_AS(engine.add_request(bad_id), Error);
-  GenerationRequest bad_temp;
+  EngineRequest bad_temp;
   bad_temp.prompt = {1};
   bad_temp.params.temperature = -1;
   CHECK_THROWS_AS(engine.add_request(bad_temp), Error);
@@ -248,7 +248,7 @@ TEST_CASE("abort frees the blocks; bad requests are refused with a clear error")
 TEST_CASE("max_tokens ends a request with finish_reason length") {
   Backend& backend = *fixture().backend;
   LLMEngine engine(backend, EngineConfig{});
-  GenerationRequest r;
+  EngineRequest r;
   r.prompt = {1, 2, 3};
   r.max_tokens = 5;
   r.ignore_eos = true;
