@@ -149,6 +149,7 @@ TEST_CASE("golden: a planted RoPE bug is found at L0.q_rope and nowhere earlier"
       REQUIRE_MESSAGE(first != nullptr, "the planted bug went unnoticed:\n", format_comparison(result));
       CHECK_MESSAGE(first->name == "L0.q_rope", format_divergence(*first));
       CHECK(first->step == 0);
+      MESSAGE(name, " with the planted bug:\n", format_divergence(*first));
       CHECK(first->status == CompareStatus::BeyondTolerance);
       for (size_t i = 0; i < *result.first_divergence; ++i) {
         CAPTURE(result.tensors[i].name);
