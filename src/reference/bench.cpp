@@ -1,0 +1,202 @@
+// The measurements behind `journey bench` (see bench.h for what each ceiling means).
+#include "reference/bench.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace journey {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+int resolve_threads(int threads) {
+  return threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+Spread spread(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  const double median = n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+  return {median, values.front(), values.back()};
+}
+
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double one = -1;
+  in >> one;
+  return one;
+}
+
+}  // namespace
+
+double measure_read_bandwidth(int threads, size_t bytes) {
+  threads = resolve_threads(threads);
+  const int64_t n = int64_t(bytes / sizeof(float));
+  std::vector<float> buffer(static_cast<size_t>(n));  // [n] written first so every page is really mapped
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < n; ++i) buffer[size_t(i)] = float(i & 1023);
+  double best = 0;
+  volatile float sink = 0;
+  for (int pass = 0; pass < 4; ++pass) {
+    auto t0 = Clock::now();
+    float total = 0;
+    // each thread sums one contiguous slice; Eigen's sum() is a vectorized streaming read
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+      int id = 0, count = 1;
+#ifdef _OPENMP
+      id = omp_get_thread_num(), count = omp_get_num_threads();
+#endif
+      const int64_t begin = n * id / count, end = n * (id + 1) / count;
+      total += Eigen::Map<const Eigen::VectorXf>(buffer.data() + begin, end - begin).sum();
+    }
+    sink = total;
+    best = std::max(best, double(bytes) / seconds_since(t0) / 1e9);
+  }
+  (void)sink;
+  return best;
+}
+
+double measure_gemm_gflops(int threads, int64_t M, int64_t K, int64_t N) {
+  threads = resolve_threads(threads);
+  Eigen::MatrixXf a = Eigen::MatrixXf::Random(M, K), b = Eigen::MatrixXf::Random(K, N), c(M, N);
+  const int previous = Eigen::nbThreads();
+  Eigen::setNbThreads(threads);
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    auto t0 = Clock::now();
+    c.noalias() = a * b;
+    best = std::max(best, 2.0 * double(M) * double(K) * double(N) / seconds_since(t0) / 1e9);
+  }
+  Eigen::setNbThreads(previous);
+  return best;
+}
+
+BenchResult run_bench(Backend& backend, const BenchOptions& options) {
+  const ModelConfig& c = backend.config();
+  if (options.prompt_tokens < 1 || options.gen_tokens < 1 || options.runs < 1)
+    fail("bench: --prompt-tokens, --gen-tokens and --runs must be at least 1");
+  const int64_t total = int64_t(options.prompt_tokens) + options.gen_tokens;
+  if (c.max_position_embeddings > 0 && total > c.max_position_embeddings)
+    fail("bench: ", options.prompt_tokens, " prompt + ", options.gen_tokens, " generated tokens exceed the model's context of ",
+         c.max_position_embeddings);
+
+  BenchResult r;
+  r.threads = resolve_threads(options.threads);
+  r.prompt_tokens = options.prompt_tokens, r.gen_tokens = options.gen_tokens, r.runs = options.runs;
+  r.load_average = load_average();
+
+  // What one token costs: every weight matrix is read once per decode step; prefill does
+  // 2 FLOPs per weight per token, plus attention (q.k and weights.v over the causal triangle).
+  const double E = double(c.hidden_size), F = double(c.intermediate_size), D = double(c.head_dim);
+  const double H = double(c.num_heads), KVH = double(c.num_kv_heads), V = double(c.vocab_size), L = double(c.num_layers);
+  const double layer_params = E * H * D + 2 * E * KVH * D + H * D * E + 3 * E * F;
+  const double T = options.prompt_tokens;
+  r.decode_bytes_per_token = 4.0 * (L * layer_params + V * E);
+  r.prefill_flops = 2.0 * L * layer_params * T + 2.0 * 2.0 * L * H * D * T * (T + 1) / 2 + 2.0 * V * E;
+
+  std::mt19937 rng(1234);
+  std::vector<int32_t> prompt(static_cast<size_t>(options.prompt_tokens));
+  for (auto& t : prompt) t = int32_t(rng() % uint32_t(c.vocab_size));
+
+  const int64_t block_size = 16;
+  const int64_t blocks = (total + block_size - 1) / block_size;
+  backend.allocate_kv_cache(blocks, block_size);
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  std::iota(table.begin(), table.end(), 0);
+
+  // warm-up: one short step touches every weight page once
+  ForwardBatch warm;
+  warm.sequences.push_back({0, {prompt[0]}, 0, table, false});
+  backend.forward(warm);
+
+  std::vector<double> prefill_rates, decode_rates;
+  for (int run = 0; run < options.runs; ++run) {
+    ForwardBatch batch;
+    batch.sequences.push_back({0, prompt, 0, table, false});
+    auto t0 = Clock::now();
+    ForwardOutput out = backend.forward(batch);
+    prefill_rates.push_back(T / seconds_since(t0));
+
+    const float* last = out.last_row(0);
+    int32_t next = int32_t(std::max_element(last, last + c.vocab_size) - last);
+    t0 = Clock::now();
+    for (int g = 0; g < options.gen_tokens; ++g) {
+      ForwardBatch step;
+      step.sequences.push_back({0, {next}, options.prompt_tokens + g, table, false});
+      out = backend.forward(step);
+      last = out.last_row(0);
+      next = int32_t(std::max_element(last, last + c.vocab_size) - last);
+    }
+    decode_rates.push_back(options.gen_tokens / seconds_since(t0));
+  }
+  r.prefill_tok_s = spread(prefill_rates);
+  r.decode_tok_s = spread(decode_rates);
+
+  r.bandwidth_gb_s = measure_read_bandwidth(r.threads);
+  r.gemm_gflop_s = measure_gemm_gflops(r.threads, options.prompt_tokens, c.hidden_size, c.intermediate_size);
+  return r;
+}
+
+std::string format_bench_table(const BenchResult& r) {
+  char line[256];
+  std::ostringstream out;
+  auto row = [&](const char* name, const Spread& s, double ceiling, const char* ceiling_name) {
+    std::snprintf(line, sizeof line, "%-8s %9.2f tok/s  (%.2f .. %.2f)   %5.1f%% of %-9s ceiling %.2f tok/s\n", name,
+                  s.median, s.min, s.max, 100.0 * s.median / ceiling, ceiling_name, ceiling);
+    out << line;
+  };
+  out << "model    " << r.model << "\n";
+  std::snprintf(line, sizeof line,
+                "setup    %d threads, %d prompt tokens, %d generated tokens, %d runs, load average %.2f at start\n",
+                r.threads, r.prompt_tokens, r.gen_tokens, r.runs, r.load_average);
+  out << line;
+  std::snprintf(line, sizeof line, "machine  read bandwidth %.1f GB/s, FP32 GEMM %.1f GFLOP/s (measured now)\n",
+                r.bandwidth_gb_s, r.gemm_gflop_s);
+  out << line;
+  std::snprintf(line, sizeof line, "model    %.2f GB of weights read per decoded token, %.1f GFLOP per prefill\n",
+                r.decode_bytes_per_token / 1e9, r.prefill_flops / 1e9);
+  out << line;
+  row("prefill", r.prefill_tok_s, r.prefill_ceiling_tok_s(), "GEMM");
+  row("decode", r.decode_tok_s, r.decode_ceiling_tok_s(), "bandwidth");
+  return out.str();
+}
+
+nlohmann::json bench_json(const BenchResult& r) {
+  auto spread_json = [](const Spread& s) { return nlohmann::json{{"median", s.median}, {"min", s.min}, {"max", s.max}}; };
+  return {{"model", r.model},
+          {"threads", r.threads},
+          {"prompt_tokens", r.prompt_tokens},
+          {"gen_tokens", r.gen_tokens},
+          {"runs", r.runs},
+          {"load_average_at_start", r.load_average},
+          {"load_seconds", r.load_seconds},
+          {"read_bandwidth_gb_s", r.bandwidth_gb_s},
+          {"gemm_gflop_s", r.gemm_gflop_s},
+          {"decode_bytes_per_token", r.decode_bytes_per_token},
+          {"prefill_flops", r.prefill_flops},
+          {"prefill_tok_s", spread_json(r.prefill_tok_s)},
+          {"decode_tok_s", spread_json(r.decode_tok_s)},
+          {"prefill_ceiling_tok_s", r.prefill_ceiling_tok_s()},
+          {"decode_ceiling_tok_s", r.decode_ceiling_tok_s()},
+          {"prefill_fraction_of_ceiling", r.prefill_tok_s.median / r.prefill_ceiling_tok_s()},
+          {"decode_fraction_of_ceiling", r.decode_tok_s.median / r.decode_ceiling_tok_s()}};
+}
+
+}  // namespace journey
