@@ -138,7 +138,7 @@ TEST_CASE("golden: the CPU backend matches the PyTorch reference at every stage"
 TEST_CASE("golden: a planted RoPE bug is found at L0.q_rope and nowhere earlier") {
   // CpuOptions::debug_rope_position_offset rotates q by position + 1; k is left alone. The first
   // stage that can see it is q_rope of layer 0 in the prefill; everything before must still agree.
-  for (const std::string name : {std::string("stories260K"), std::string("tiny-qwen3")}) {
+  for (const std::string name : {"stories260K", "tiny-qwen3"}) {
     SUBCASE(name.c_str()) {
       const Manifest golden = read_manifest(golden_dir(name) / "manifest.json");
       CpuOptions bugged;
