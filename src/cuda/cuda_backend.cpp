@@ -203,7 +203,7 @@ CudaBackendImpl::CudaBackendImpl(const LoadedModel& model, const CudaOptions& op
   const ModelConfig& c = config_;
   const std::string where = model.path.empty() ? std::string("the model") : model.path.string();
   const int devices = cuda::device_count();
-  if (devices == 0) fail("no CUDA device visible (cudaGetDeviceCount found none); use --device cpu");
+  if (devices == 0) fail("no CUDA device visible (cudaGetDeviceCount found none)");
   if (options.device < 0 || options.device >= devices)
     fail("CUDA device ", options.device, " requested, but only ", devices, " visible");
   if (options.dtype != DType::BF16 && options.dtype != DType::F16 && options.dtype != DType::F32)

@@ -1,0 +1,341 @@
+// Every CUDA kernel against the reference op of the same name (reference/ops.h), in the manner of
+// llama.cpp's test-backend-ops: random inputs, odd sizes (so no kernel gets away with assuming a
+// multiple of 32 or of the vector width), NMSE against the reference with a tolerance per weight
+// type, and sentinels around every output. The reference ops are themselves tested against scalar
+// loops in tests/reference, so they are an independent yardstick here.
+//
+// Tolerances (NMSE): f32 1e-9 for elementwise work, 1e-7 where sums are reordered (norms, matrix
+// products, attention); matrices in bf16/f16 are compared with a reference that multiplies by the
+// SAME rounded weights, so only the activations' rounding for cuBLAS (bf16: 8 bits of mantissa,
+// relative 2^-9; f16: 2^-11) remains: bf16 GEMM 1e-4, f16 GEMM 1e-5, any GEMV (f32 activations) 1e-7.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "cuda_test_util.h"
+#include "reference/ops.h"
+#include "sampling/processors.h"
+
+using namespace journey;
+using cudatest::DeviceArray;
+using cudatest::nmse;
+using cudatest::random_vector;
+
+namespace {
+
+constexpr double kExact = 1e-9;
+constexpr double kReordered = 1e-7;
+
+// One matrix on the device in `type`, and the f32 values the reference should use.
+struct TestMatrix {
+  std::vector<float> reference;  // [out, in] exactly what the device holds, widened
+  std::unique_ptr<DeviceArray<float>> f32;
+  std::unique_ptr<DeviceArray<uint16_t>> narrow;
+  const void* device() const { return f32 ? static_cast<const void*>(f32->get()) : narrow->get(); }
+};
+
+TestMatrix make_matrix(const std::vector<float>& values, DType type) {
+  TestMatrix m;
+  if (type == DType::F32) {
+    m.reference = values;
+    m.f32 = std::make_unique<DeviceArray<float>>(values);
+  } else {
+    cudatest::NarrowWeights w = cudatest::narrow(values, type);
+    m.reference = w.widened;
+    m.narrow = std::make_unique<DeviceArray<uint16_t>>(w.bits);
+  }
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("embedding_gather widens rows of an f32, bf16 and f16 table exactly") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t V = 37, E = 19, T = 11;
+  std::vector<int32_t> tokens = {0, 36, 5, 5, 17, 1, 30, 2, 36, 9, 0};
+  for (DType type : {DType::F32, DType::BF16, DType::F16}) {
+    CAPTURE(dtype_name(type));
+    TestMatrix table = make_matrix(random_vector(size_t(V * E), 1), type);
+    std::vector<float> expected(size_t(T * E));
+    ops::embedding_gather(expected.data(), table.reference.data(), tokens.data(), T, E);
+    DeviceArray<int32_t> d_tokens(tokens);
+    DeviceArray<float> out(size_t(T * E));
+    cuda::embedding_gather(out.get(), table.device(), type, d_tokens.get(), T, E, nullptr);
+    CHECK(out.download() == expected);
+    CHECK(out.sentinels_intact());
+  }
+}
+
+TEST_CASE("rms_norm matches the reference, also in place") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (auto [R, N] : {std::pair<int64_t, int64_t>{7, 131}, {1, 2048}, {3, 5}}) {
+    CAPTURE(R);
+    CAPTURE(N);
+    std::vector<float> x = random_vector(size_t(R * N), 2, 3.0f), w = random_vector(size_t(N), 3, 0.1f, 1.0f);
+    std::vector<float> expected(x.size());
+    ops::rms_norm(expected.data(), x.data(), w.data(), R, N, 1e-5f);
+    DeviceArray<float> d_x(x), d_w(w), out(x.size());
+    cuda::rms_norm(out.get(), d_x.get(), d_w.get(), R, N, 1e-5f, nullptr);
+    CHECK(nmse(out.download(), expected) < kReordered);
+    CHECK(out.sentinels_intact());
+    cuda::rms_norm(d_x.get(), d_x.get(), d_w.get(), R, N, 1e-5f, nullptr);  // out aliases x
+    CHECK(nmse(d_x.download(), expected) < kReordered);
+    CHECK(d_x.sentinels_intact());
+  }
+}
+
+TEST_CASE("rope matches the reference in both layouts at large positions") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t T = 5, heads = 3, D = 10;
+  std::vector<int64_t> positions = {0, 1, 17, 999, 4000};
+  for (RopeLayout layout : {RopeLayout::HalfSplit, RopeLayout::Interleaved}) {
+    for (double theta : {10000.0, 1000000.0}) {
+      CAPTURE(int(layout));
+      CAPTURE(theta);
+      std::vector<float> x = random_vector(size_t(T * heads * D), 4);
+      std::vector<float> expected = x;
+      ops::rope(expected.data(), positions.data(), T, heads, D, theta, layout);
+      DeviceArray<float> d_x(x);
+      DeviceArray<int64_t> d_pos(positions);
+      cuda::rope(d_x.get(), d_pos.get(), T, heads, D, theta, layout, nullptr);
+      // angles up to 4000 rad: one ulp of inv_freq moves the angle by ~1e-4, hence 1e-6
+      CHECK(nmse(d_x.download(), expected) < 1e-6);
+      CHECK(d_x.sentinels_intact());
+    }
+  }
+}
+
+TEST_CASE("linear: cuBLAS (T > 1) and every GEMV version (T = 1) in f32, bf16 and f16") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  cublasHandle_t handle;
+  JOURNEY_CUBLAS_CHECK(cublasCreate(&handle));
+  // (67, 45): odd, scalar loads; (256, 130): 16-byte loads; (4100, 9): x fills most of v3's shared memory
+  for (auto [in, out] : {std::pair<int64_t, int64_t>{67, 45}, {256, 130}, {4100, 9}}) {
+    for (DType type : {DType::F32, DType::BF16, DType::F16}) {
+      for (bool with_bias : {false, true}) {
+        CAPTURE(in);
+        CAPTURE(out);
+        CAPTURE(dtype_name(type));
+        CAPTURE(with_bias);
+        TestMatrix w = make_matrix(random_vector(size_t(out * in), 5, 0.05f), type);
+        std::vector<float> bias = random_vector(size_t(out), 6);
+        DeviceArray<float> d_bias(bias);
+        for (int64_t T : {1, 3, 17}) {
+          CAPTURE(T);
+          std::vector<float> x = random_vector(size_t(T * in), 7);
+          std::vector<float> expected(size_t(T * out));
+          ops::linear(expected.data(), x.data(), w.reference.data(), with_bias ? bias.data() : nullptr, T, in, out, 1);
+          DeviceArray<float> d_x(x), y(size_t(T * out));
+          DeviceArray<uint16_t> scratch(size_t(T * in));
+          cuda::LinearContext context;
+          context.cublas = handle;
+          context.scratch = scratch.get();
+          context.scratch_bytes = size_t(T * in) * 2;
+          const double tolerance = T == 1 ? kReordered : type == DType::BF16 ? 1e-4 : type == DType::F16 ? 1e-5 : kReordered;
+          cuda::linear(y.get(), d_x.get(), w.device(), type, with_bias ? d_bias.get() : nullptr, T, in, out, context);
+          CHECK(nmse(y.download(), expected) < tolerance);
+          CHECK(y.sentinels_intact());
+          CHECK(scratch.sentinels_intact());
+          if (T == 1) {
+            for (int version : {1, 2, 3}) {
+              CAPTURE(version);
+              DeviceArray<float> y_v(static_cast<size_t>(out));
+              cuda::gemv(cuda::GemvVersion(version), y_v.get(), d_x.get(), w.device(), type,
+                         with_bias ? d_bias.get() : nullptr, in, out, nullptr);
+              CHECK(nmse(y_v.download(), expected) < kReordered);
+              CHECK(y_v.sentinels_intact());
+            }
+          }
+        }
+      }
+    }
+  }
+  cublasDestroy(handle);
+}
+
+TEST_CASE("softmax, swiglu, residual_add and the fused residual_add_rms_norm") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t R = 5, N = 1001;
+  std::vector<float> x = random_vector(size_t(R * N), 8, 4.0f);
+  {
+    std::vector<float> expected = x;
+    ops::softmax(expected.data(), R, N);
+    DeviceArray<float> d_x(x);
+    cuda::softmax(d_x.get(), R, N, nullptr);
+    CHECK(nmse(d_x.download(), expected) < kReordered);
+    CHECK(d_x.sentinels_intact());
+  }
+  const int64_t n = R * N;
+  std::vector<float> a = random_vector(size_t(n), 9), b = random_vector(size_t(n), 10);
+  {
+    std::vector<float> expected(static_cast<size_t>(n));
+    ops::swiglu(expected.data(), a.data(), b.data(), n);
+    DeviceArray<float> d_a(a), d_b(b), out(static_cast<size_t>(n));
+    cuda::swiglu(out.get(), d_a.get(), d_b.get(), n, nullptr);
+    CHECK(nmse(out.download(), expected) < kExact);
+    CHECK(out.sentinels_intact());
+  }
+  {
+    std::vector<float> expected(static_cast<size_t>(n));
+    ops::residual_add(expected.data(), a.data(), b.data(), n);
+    DeviceArray<float> d_a(a), d_b(b);
+    cuda::residual_add(d_a.get(), d_a.get(), d_b.get(), n, nullptr);  // out aliases a, as in the forward pass
+    CHECK(d_a.download() == expected);
+    CHECK(d_a.sentinels_intact());
+  }
+  {
+    std::vector<float> w = random_vector(size_t(N), 11, 0.1f, 1.0f);
+    std::vector<float> sum(static_cast<size_t>(n)), expected(static_cast<size_t>(n));
+    ops::residual_add(sum.data(), a.data(), b.data(), n);
+    ops::rms_norm(expected.data(), sum.data(), w.data(), R, N, 1e-6f);
+    DeviceArray<float> d_x(a), d_b(b), d_w(w), out(static_cast<size_t>(n));
+    cuda::residual_add_rms_norm(d_x.get(), out.get(), d_b.get(), d_w.get(), R, N, 1e-6f, nullptr);
+    CHECK(d_x.download() == sum);
+    CHECK(nmse(out.download(), expected) < kReordered);
+    CHECK(d_x.sentinels_intact());
+    CHECK(out.sentinels_intact());
+  }
+}
+
+TEST_CASE("attention: causal GQA with history, scores and weights for the trace") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t H = 6, KVH = 2, D = 10;
+  for (auto [T, start] : {std::pair<int64_t, int64_t>{7, 0}, {3, 5}, {1, 12}}) {
+    CAPTURE(T);
+    CAPTURE(start);
+    const int64_t P = start + T;
+    std::vector<float> q = random_vector(size_t(T * H * D), 12), k = random_vector(size_t(P * KVH * D), 13),
+                       v = random_vector(size_t(P * KVH * D), 14);
+    std::vector<float> ctx(size_t(T * H * D)), scores(size_t(H * T * P)), weights(size_t(H * T * P));
+    ops::attention(ctx.data(), q.data(), k.data(), v.data(), T, start, H, KVH, D, scores.data(), weights.data(), 1);
+    DeviceArray<float> d_q(q), d_k(k), d_v(v), d_ctx(ctx.size()), d_scores(scores.size()), d_weights(weights.size());
+    cuda::attention(d_ctx.get(), d_q.get(), d_k.get(), d_v.get(), T, start, H, KVH, D, d_scores.get(), d_weights.get(),
+                    nullptr);
+    CHECK(nmse(d_ctx.download(), ctx) < kReordered);
+    CHECK(nmse(d_scores.download(), scores) < kReordered);  // -inf must match -inf exactly
+    CHECK(nmse(d_weights.download(), weights) < kReordered);
+    CHECK(d_ctx.sentinels_intact());
+    CHECK(d_scores.sentinels_intact());
+    CHECK(d_weights.sentinels_intact());
+  }
+}
+
+TEST_CASE("kv_cache_write and paged_attention through a shuffled block table") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t H = 4, KVH = 2, D = 8, block_size = 4, num_blocks = 9;
+  const int64_t pool_floats = num_blocks * block_size * KVH * D;
+  std::vector<int32_t> table = {7, 2, 5, 0, 8};  // covers positions [0, 20)
+  std::vector<float> k_pool = random_vector(size_t(pool_floats), 15), v_pool = random_vector(size_t(pool_floats), 16);
+  DeviceArray<float> d_k_pool(k_pool), d_v_pool(v_pool);
+  DeviceArray<int32_t> d_table(table);
+  // a prefill chunk at positions [9, 15), then one decode token at 15
+  for (auto [T, start] : {std::pair<int64_t, int64_t>{6, 9}, {1, 15}}) {
+    CAPTURE(T);
+    CAPTURE(start);
+    const int64_t P = start + T;
+    std::vector<float> k = random_vector(size_t(T * KVH * D), 17 + uint32_t(T)), v = random_vector(size_t(T * KVH * D), 19);
+    std::vector<float> q = random_vector(size_t(T * H * D), 21);
+    ops::kv_cache_write(k_pool.data(), v_pool.data(), k.data(), v.data(), table.data(), T, start, block_size, KVH, D);
+    DeviceArray<float> d_k(k), d_v(v), d_q(q);
+    cuda::kv_cache_write(d_k_pool.get(), d_v_pool.get(), d_k.get(), d_v.get(), d_table.get(), T, start, block_size, KVH,
+                         D, nullptr);
+    CHECK(d_k_pool.download() == k_pool);  // a copy: must be exact, and touch only its slots
+    CHECK(d_v_pool.download() == v_pool);
+    CHECK(d_k_pool.sentinels_intact());
+    std::vector<float> ctx(size_t(T * H * D)), weights(size_t(H * T * P));
+    ops::paged_attention(ctx.data(), q.data(), k_pool.data(), v_pool.data(), table.data(), T, start, block_size, H, KVH,
+                         D, nullptr, weights.data(), 1);
+    DeviceArray<float> d_ctx(ctx.size()), d_weights(weights.size());
+    cuda::paged_attention(d_ctx.get(), d_q.get(), d_k_pool.get(), d_v_pool.get(), d_table.get(), T, start, block_size,
+                          H, KVH, D, nullptr, d_weights.get(), nullptr);
+    CHECK(nmse(d_ctx.download(), ctx) < kReordered);
+    CHECK(nmse(d_weights.download(), weights) < kReordered);
+    CHECK(d_ctx.sentinels_intact());
+  }
+}
+
+TEST_CASE("argmax_rows takes the lowest id among equal maxima") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t R = 4, V = 32003;
+  std::vector<float> logits = random_vector(size_t(R * V), 22);
+  logits[0 * V + 31000] = 50.0f, logits[0 * V + 7] = 50.0f;        // tie: 7 wins
+  logits[1 * V + V - 1] = 60.0f;                                     // the very last id
+  logits[2 * V + 0] = 70.0f;                                         // the very first id
+  std::vector<int32_t> expected;
+  for (int64_t r = 0; r < R; ++r)
+    expected.push_back(argmax(std::span<const float>(logits.data() + r * V, size_t(V))));
+  CHECK(expected[0] == 7);
+  DeviceArray<float> d_logits(logits);
+  DeviceArray<int32_t> ids(static_cast<size_t>(R));
+  cuda::argmax_rows(ids.get(), d_logits.get(), R, V, nullptr);
+  CHECK(ids.download() == expected);
+  CHECK(ids.sentinels_intact());
+}
+
+TEST_CASE("sample_rows draws what the host processors draw for the same u") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t V = 5003;
+  struct Case {
+    double temperature;
+    int top_k;
+    double top_p;
+  };
+  const std::vector<Case> cases = {{0.0, 0, 1.0},  {1.0, 0, 1.0},  {0.7, 40, 1.0}, {0.7, 0, 0.9},
+                                   {1.3, 50, 0.5}, {0.8, 1, 1.0},  {2.0, 5000, 0.95}};
+  const std::vector<float> us = {0.0f, 0.13f, 0.5f, 0.77f, 0.999f};
+  std::vector<float> logits;            // [R, V]
+  std::vector<cuda::DeviceSampling> params;
+  std::vector<int32_t> expected;
+  int64_t R = 0;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (float u : us) {
+      std::vector<float> row = random_vector(size_t(V), 23 + uint32_t(R), 3.0f);
+      // planted ties: top-k and top-p must rank equal probabilities by the lower id
+      for (int j = 0; j < 8; ++j) row[size_t(100 + 37 * j)] = 9.0f;
+      const Case& k = cases[c];
+      int32_t id;
+      if (k.temperature == 0.0) {
+        id = argmax(row);
+      } else {
+        std::vector<float> scaled = row;
+        apply_temperature(scaled, k.temperature);
+        std::vector<float> probs = softmax(scaled);
+        keep_top_k(probs, k.top_k);
+        keep_top_p(probs, k.top_p);
+        id = sample_from(probs, u);
+      }
+      expected.push_back(id);
+      params.push_back({k.temperature, k.top_k, k.top_p, u});
+      logits.insert(logits.end(), row.begin(), row.end());
+      ++R;
+    }
+  }
+  DeviceArray<float> d_logits(logits), d_probs(size_t(R * V));
+  DeviceArray<int32_t> ids(static_cast<size_t>(R));
+  std::vector<uint8_t> raw(params.size() * sizeof(cuda::DeviceSampling));
+  std::memcpy(raw.data(), params.data(), raw.size());
+  DeviceArray<uint8_t> d_params(raw);
+  cuda::sample_rows(ids.get(), d_logits.get(), reinterpret_cast<const cuda::DeviceSampling*>(d_params.get()),
+                    d_probs.get(), R, V, nullptr);
+  const std::vector<int32_t> got = ids.download();
+  for (int64_t r = 0; r < R; ++r) {
+    CAPTURE(r);
+    CAPTURE(params[size_t(r)].temperature);
+    CAPTURE(params[size_t(r)].top_k);
+    CAPTURE(params[size_t(r)].top_p);
+    CAPTURE(params[size_t(r)].u);
+    CHECK(got[size_t(r)] == expected[size_t(r)]);
+  }
+  CHECK(ids.sentinels_intact());
+  CHECK(d_probs.sentinels_intact());
+}
+
+TEST_CASE("launchers reject bad shapes with journey::Error") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  CHECK_THROWS_AS(cuda::rope(nullptr, nullptr, 1, 1, 7, 10000.0, RopeLayout::HalfSplit, nullptr), Error);
+  CHECK_THROWS_AS(cuda::attention(nullptr, nullptr, nullptr, nullptr, 1, 0, 6, 4, 8, nullptr, nullptr, nullptr), Error);
+  CHECK_THROWS_AS(cuda::gemv(cuda::GemvVersion(3), nullptr, nullptr, nullptr, DType::Q8_0, nullptr, 32, 4, nullptr),
+                  Error);
+  CHECK_THROWS_AS(cuda::linear(nullptr, nullptr, nullptr, DType::BF16, nullptr, 4, 8, 8, cuda::LinearContext{}), Error);
+}
