@@ -171,6 +171,20 @@ def main():
         })
     write(f"{OUT}/llamacpp-case-templates.json", doc)
 
+    # `journey template` end to end: a messages file and the exact stdout expected for it with the
+    # Qwen2.5 tokenizer_config.json and --add-generation-prompt.
+    os.makedirs(f"{OUT}/cli", exist_ok=True)
+    messages = CONVERSATIONS["unicode"]
+    with open(f"{OUT}/cli/unicode.messages.json", "w", encoding="utf-8") as f:
+        json.dump(messages, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    config = json.load(open(f"{DATA}/qwen2.5-instruct.tokenizer_config.json", encoding="utf-8"))
+    expected = environment().from_string(config["chat_template"]).render(
+        messages=messages, add_generation_prompt=True, bos_token=config["bos_token"] or "", eos_token=config["eos_token"])
+    with open(f"{OUT}/cli/unicode.qwen2.5.expected.txt", "w", encoding="utf-8", newline="") as f:
+        f.write(expected)
+    print(f"wrote {OUT}/cli/")
+
 
 if __name__ == "__main__":
     main()

@@ -23,6 +23,9 @@ struct Problem {
 
 enum class Flow { Normal, Break, Continue };
 
+// Guards against templates that would exhaust memory (a template is untrusted input).
+constexpr double kMaxBuiltLength = 64.0 * 1024 * 1024;
+
 // ---- string helpers (Python str semantics on UTF-8, by code point) ---------------------------
 
 bool is_py_space(const std::string& ch) {
@@ -360,6 +363,9 @@ class Renderer {
     assign(node.text, Value::function(node.text, [self, macro](const CallArgs& args) {
              if (args.positional.size() > macro->names.size())
                problem(cat("macro '", macro->text, "' takes ", macro->names.size(), " arguments, got ", args.positional.size()));
+             if (self->macro_depth_ >= kMaxMacroDepth)
+               problem(cat("macro '", macro->text, "' nested deeper than ", kMaxMacroDepth, " calls (runaway recursion?)"));
+             ++self->macro_depth_;
              self->scopes_.emplace_back();
              for (std::size_t k = 0; k < macro->names.size(); ++k) {
                Value v = args.get(k, macro->names[k]);
@@ -369,6 +375,7 @@ class Renderer {
              std::string out;
              self->exec_body(macro->body, out);
              self->scopes_.pop_back();
+             --self->macro_depth_;
              return Value(out);
            }));
   }
@@ -487,6 +494,8 @@ class Renderer {
       }
     }
     if (op == "*" && left.is_string() && right.kind() == Value::Kind::Int) {
+      if (double(right.as_int()) * double(left.as_string().size()) > kMaxBuiltLength)
+        problem("string repetition would exceed 64 MiB");
       std::string out;
       for (std::int64_t k = 0; k < right.as_int(); ++k) out += left.as_string();
       return Value(out);
@@ -827,8 +836,10 @@ class Renderer {
     fail(origin_, ":", node.line, ":", node.column, ": template error: ", message);
   }
 
+  static constexpr int kMaxMacroDepth = 100;
   const std::string& origin_;
   std::vector<Scope> scopes_;
+  int macro_depth_ = 0;
 };
 
 }  // namespace
@@ -866,6 +877,7 @@ Value default_globals(std::int64_t now_unix_seconds) {
                   problem("range: expected 1 to 3 arguments");
                 }
                 if (step == 0) problem("range: step cannot be zero");
+                if (std::fabs((double(stop) - double(start)) / double(step)) > 1e7) problem("range: more than 10 million items");
                 ValueList out;
                 for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.emplace_back(i);
                 return Value(std::move(out));

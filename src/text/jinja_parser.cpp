@@ -61,6 +61,7 @@ class Parser {
   }
 
   NodePtr parse_statement() {
+    NestingGuard guard(*this);
     const Token& keyword = next();
     const std::string& k = keyword.text;
     if (k == "if") return parse_if(keyword);
@@ -184,6 +185,7 @@ class Parser {
   }
 
   NodePtr parse_expression(bool with_condexpr) {
+    NestingGuard guard(*this);
     NodePtr expr = parse_or();
     while (with_condexpr && peek().kind == TokenKind::Name && peek().text == "if") {
       auto ternary = make(Node::Kind::Ternary, next());
@@ -573,6 +575,18 @@ class Parser {
   [[noreturn]] void error(const Token& at, const std::string& message) const {
     fail(origin_, ":", at.line, ":", at.column, ": template syntax error: ", message);
   }
+
+  // Deeply nested input would otherwise overflow the stack of this recursive-descent parser.
+  struct NestingGuard {
+    explicit NestingGuard(Parser& p) : parser(p) {
+      if (++parser.depth_ > kMaxNesting)
+        parser.error(parser.peek(), cat("expressions or blocks nested deeper than ", kMaxNesting, " levels"));
+    }
+    ~NestingGuard() { --parser.depth_; }
+    Parser& parser;
+  };
+  static constexpr int kMaxNesting = 200;
+  int depth_ = 0;
 
   const std::vector<Token>& tokens_;
   const std::string& origin_;

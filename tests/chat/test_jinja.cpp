@@ -83,6 +83,12 @@ TEST_CASE("runtime errors carry line and column") {
     CHECK_MESSAGE(e.find("test.jinja:3:") != std::string::npos, e);
     CHECK_MESSAGE(e.find("Only user and assistant roles are supported!") != std::string::npos, e);
   }
+  SUBCASE("runaway macro recursion and deep nesting are errors, not crashes") {
+    std::string e = error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+    CHECK_MESSAGE(e.find("nested deeper than 100 calls") != std::string::npos, e);
+    e = error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}");
+    CHECK_MESSAGE(e.find("nested deeper than 200 levels") != std::string::npos, e);
+  }
   SUBCASE("attribute assignment on a non-namespace") {
     std::string e = error_of("{% set x = 1 %}{% set x.y = 2 %}");
     CHECK_MESSAGE(e.find("only namespace() objects") != std::string::npos, e);
