@@ -5,7 +5,7 @@ export DEBIAN_FRONTEND=noninteractive
 packages=(
   build-essential cmake pkg-config git xz-utils
   libeigen3-dev nlohmann-json3-dev libsentencepiece-dev libgraphviz-dev graphviz libpcre2-dev libutf8proc-dev
-  doctest-dev libcpp-httplib-dev libcli11-dev
+  doctest-dev libcpp-httplib-dev libcli11-dev libssl-dev
   python3-numpy python3-torch python3-jinja2 python3-sentencepiece
   curl chromium
 )
