@@ -48,6 +48,13 @@ std::string escape(std::string_view bytes) {
   return out;
 }
 
+// Columns are counted in characters, not bytes ("▁Once" is 5 wide, 7 bytes).
+size_t display_width(std::string_view text) {
+  size_t width = 0;
+  for (unsigned char c : text) width += (c & 0xC0) != 0x80;
+  return width;
+}
+
 std::vector<int> parse_ids(const std::string& text) {
   std::vector<int> ids;
   std::istringstream in(text);
@@ -88,8 +95,9 @@ void run(const TokenizeArgs& args) {
   for (size_t i = 0; i < ids.size(); ++i) {
     const std::string piece = "\"" + escape(tokenizer->piece(ids[i])) + "\"";
     const std::string bytes = "\"" + escape(tokenizer->token_bytes(ids[i], previous, /*skip_special=*/false)) + "\"";
+    const size_t width = display_width(piece);
     std::cout << std::setw(7) << i << std::setw(9) << ids[i] << piece
-              << std::string(piece.size() < 24 ? 24 - piece.size() : 1, ' ') << bytes
+              << std::string(width < 24 ? 24 - width : 1, ' ') << bytes
               << (tokenizer->is_special(ids[i]) ? "  (special)" : "") << "\n";
     previous = ids[i];
   }

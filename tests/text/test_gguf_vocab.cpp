@@ -8,6 +8,17 @@
 using namespace journey;
 using namespace journey::test;
 
+namespace {
+
+// Chinese and emoji beyond the vector set: must come back unchanged (SPM needs byte pieces here).
+void check_chinese_round_trip(const Tokenizer& t) {
+  for (const std::string text : {"你好，世界！", "我们今天学习分词器。", "繁體中文與简体中文混合 🙂"}) {
+    CHECK(t.decode(t.encode(text)) == text);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("GGUF llama (SPM) vocabulary: llama-spm vectors") {
   const auto t = load_tokenizer(build_data("llamacpp-vocab/ggml-vocab-llama-spm.gguf"));
   CHECK(t->kind() == "gguf-llama");
@@ -18,6 +29,7 @@ TEST_CASE("GGUF llama (SPM) vocabulary: llama-spm vectors") {
   const auto vectors = read_vectors("ggml-vocab-llama-spm.gguf");
   CHECK(count_exact(*t, vectors, "llama-spm (GGUF)") == 46);
   CHECK(round_trip_failures(*t, vectors).empty());
+  check_chinese_round_trip(*t);
   // Control tokens in text are single ids only when parse_special is set.
   CHECK(t->encode("</s>", false, true) == std::vector<int>{2});
   CHECK(t->encode("</s>", false, false) != std::vector<int>{2});
@@ -30,6 +42,7 @@ TEST_CASE("GGUF llama (SPM) vocabulary: phi-3 vectors") {
   const auto vectors = read_vectors("ggml-vocab-phi-3.gguf");
   CHECK(count_exact(*t, vectors, "phi-3 (GGUF)") == 46);
   CHECK(round_trip_failures(*t, vectors).empty());
+  check_chinese_round_trip(*t);
   CHECK(t->encode("<|endoftext|>", false, true) == std::vector<int>{32000});
   CHECK(t->token_bytes(32000, 5, false) == "<|endoftext|>");
   CHECK(t->token_bytes(32000, 5, true) == "");
@@ -45,4 +58,5 @@ TEST_CASE("GGUF gpt2 (byte-level BPE) vocabulary: gpt-2 vectors") {
   const auto vectors = read_vectors("ggml-vocab-gpt-2.gguf");
   CHECK(count_exact(*t, vectors, "gpt-2 (GGUF)") == 46);
   CHECK(round_trip_failures(*t, vectors).empty());
+  check_chinese_round_trip(*t);
 }
