@@ -1,0 +1,102 @@
+// Chapter 8 — tracing: keep every intermediate tensor of a run, then use the dump to find a bug.
+// Runs "Once upon a time" through stories260K twice, recording every stage with a DumpSink: once
+// with the correct backend, once with the planted RoPE bug (q rotated by position + 1). It prints
+// a few of the recorded tensors, then compares the two dumps stage by stage in journey order: the
+// first stage beyond tolerance is where the bug entered. Fails unless that is L0.q_rope.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "assets/model.h"
+#include "core/error.h"
+#include "reference/cpu_backend.h"
+#include "sampling/sampler.h"
+#include "text/tokenizer.h"
+#include "trace/compare.h"
+#include "trace/dump_sink.h"
+#include "trace/npy.h"
+
+using namespace journey;
+namespace fs = std::filesystem;
+
+// The generation loop of engine/generate.cpp, spelled out so the step boundaries are visible: the
+// sink is told before every forward pass which step begins (a backend cannot know).
+static std::vector<int32_t> traced_run(const LoadedModel& model, const std::vector<int32_t>& prompt, int decode_steps,
+                                       int rope_bug, const fs::path& dir) {
+  fs::remove_all(dir);
+  auto backend = make_cpu_backend(model, CpuOptions{.threads = 1, .debug_rope_position_offset = rope_bug});
+  backend->allocate_kv_cache(/*num_blocks=*/4, /*block_size=*/4);
+  DumpSink sink(dir);
+  Sampler sampler(SamplingParams{.temperature = 0.0}, prompt);  // greedy
+
+  std::vector<int64_t> positions(prompt.size());  // [T]
+  for (size_t i = 0; i < prompt.size(); ++i) positions[i] = int64_t(i);
+  sink.set_step(0, "prefill", positions);
+  ForwardBatch batch;
+  batch.sequences.push_back(SequenceInput{0, prompt, 0, {0, 1}, /*all_logits=*/true});
+  std::vector<int32_t> generated;
+  for (int step = 0;; ++step) {
+    ForwardOutput out = backend->forward(batch, &sink);
+    SampledToken token = sampler.sample({out.last_row(0), size_t(out.vocab_size)}, &sink);
+    sink.set_sampled(ManifestSampled{token.id, "", token.prob, {}});
+    generated.push_back(token.id);
+    if (step == decode_steps) break;
+    const int64_t position = int64_t(prompt.size()) + step;
+    sink.set_step(step + 1, "decode", {position});
+    batch.sequences[0] = SequenceInput{0, {token.id}, position, {0, 1}, false};
+  }
+  sink.manifest().prompt = "Once upon a time";
+  sink.finish();
+  return generated;
+}
+
+int main() {
+  try {
+    const fs::path model_dir = fs::path(JOURNEY_SOURCE_DIR) / "data" / "stories260K";
+    LoadedModel model = load_model(model_dir);
+    auto tokenizer = load_tokenizer(model_dir);
+    std::vector<int> ids = tokenizer->encode("Once upon a time", /*add_special=*/true, /*parse_special=*/false);
+    const std::vector<int32_t> prompt(ids.begin(), ids.end());
+
+    const fs::path work = fs::temp_directory_path() / "journey-ch08";
+    const fs::path good = work / "good", buggy = work / "rope-bug";
+    std::vector<int32_t> good_tokens = traced_run(model, prompt, 3, 0, good);
+    std::vector<int32_t> buggy_tokens = traced_run(model, prompt, 3, 1, buggy);
+
+    std::cout << "prompt tokens:";
+    for (int32_t id : prompt) std::cout << " " << id << " " << tokenizer->piece(id);
+    std::cout << "\ngreedy, correct:  ";
+    for (int32_t id : good_tokens) std::cout << tokenizer->piece(id) << " ";
+    std::cout << "\ngreedy, RoPE bug: ";
+    for (int32_t id : buggy_tokens) std::cout << tokenizer->piece(id) << " ";
+
+    // Read a dump like any other file: layer 0, head 0's attention in the prefill, [H, T, P].
+    const Manifest manifest = read_manifest(good / "manifest.json");
+    std::cout << "\n\n" << manifest.tensors.size() << " tensors in " << good << "\n";
+    const NpyArray weights = read_npy(good / manifest.find("attn_weights", 0, 0)->file);
+    const int64_t T = weights.shape[1], P = weights.shape[2];
+    std::cout << "L0.attn_weights, head 0, prefill " << shape_string(weights.shape) << ": row = query position\n";
+    for (int64_t t = 0; t < T; ++t) {
+      std::printf("  %-8s", tokenizer->piece(prompt[size_t(t)]).c_str());
+      for (int64_t p = 0; p < P; ++p) std::printf(" %5.2f", weights.f32[size_t(t * P + p)]);
+      std::printf("\n");
+    }
+
+    // Find the bug: compare stage by stage, in the order the forward pass computes them.
+    ComparisonResult result = compare_dumps(buggy, good);
+    std::cout << "\n" << format_comparison(result, /*only_failures=*/true);
+    const TensorComparison* first = result.first();
+    if (!first || first->name != "L0.q_rope" || first->step != 0) {
+      std::cerr << "expected the first divergence at L0.q_rope, step 0\n";
+      return 1;
+    }
+    std::cout << "\nThe bug entered at " << first->name << ": every stage before it matches.\n";
+    return 0;
+  } catch (const journey::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+}

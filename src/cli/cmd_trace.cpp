@@ -1,0 +1,249 @@
+// journey trace — run one generation and keep every stage of the prompt's journey on disk.
+//
+//   journey trace [--model DIR] PROMPT --out DIR [--max-tokens N] [sampling flags as generate]
+//                 [--chat --system S] [--stages 'L*.attn_weights,logits'] [--layers 0,4]
+//                 [--heads 0-3] [--steps 0-3] [--kv-block-size N]
+//
+// The dump (docs/dump-format.md) is what `journey-trace render|report|diff|golden` read: one .npy
+// per tensor and a manifest.json with the model, the settings, the rendered template, the prompt
+// tokens and, for every step (the prefill is step 0, each decode step one more), the positions fed
+// and the token sampled with its probability and the top alternatives.
+//
+// generate() does not know about steps, so the backend is wrapped: before every forward pass after
+// the first it tells the sink which step begins. The wrapper also asks for every row of logits
+// when the logits are traced, so a prefill's logits are [T, V] like the goldens'.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/generation_flags.h"
+#include "core/error.h"
+#include "engine/backend.h"
+#include "engine/generate.h"
+#include "text/chat_template.h"
+#include "trace/dump_sink.h"
+#include "trace/filters.h"
+
+namespace journey::cli {
+namespace {
+
+struct TraceArgs {
+  GenerationFlags flags;
+  std::string prompt;
+  bool chat = false;
+  std::string out;
+  std::string stages, layers, heads, steps;
+  int64_t kv_block_size = 16;
+  int top_alternatives = 5;
+  int debug_rope_offset = 0;  // hidden, test-only: the planted RoPE bug (CpuOptions)
+};
+
+// Forwards everything to the real backend; before each forward pass after the first, starts a
+// new decode step in the sink (step 0, the prefill, is started by the command itself).
+class StepMarkingBackend final : public Backend {
+ public:
+  StepMarkingBackend(Backend& inner, DumpSink& sink) : inner_(inner), sink_(sink) {}
+
+  std::string name() const override { return inner_.name(); }
+  const ModelConfig& config() const override { return inner_.config(); }
+  void allocate_kv_cache(int64_t num_blocks, int64_t block_size) override {
+    inner_.allocate_kv_cache(num_blocks, block_size);
+  }
+  int64_t kv_block_size() const override { return inner_.kv_block_size(); }
+  int64_t kv_num_blocks() const override { return inner_.kv_num_blocks(); }
+  int64_t kv_block_bytes(int64_t block_size) const override { return inner_.kv_block_bytes(block_size); }
+  void copy_kv_block(int32_t src, int32_t dst) override { inner_.copy_kv_block(src, dst); }
+
+  ForwardOutput forward(const ForwardBatch& batch, TraceSink* sink) override {
+    if (forward_calls_ > 0) {
+      const SequenceInput& seq = batch.sequences.at(0);
+      std::vector<int64_t> positions;  // [T]
+      for (size_t i = 0; i < seq.tokens.size(); ++i) positions.push_back(seq.start_position + int64_t(i));
+      sink_.set_step(forward_calls_, "decode", std::move(positions));
+    }
+    ++forward_calls_;
+    if (!sink_.wants(Stage::logits, -1)) return inner_.forward(batch, sink);
+    ForwardBatch all_rows = batch;  // every position's logits, as the goldens hold them
+    for (auto& seq : all_rows.sequences) seq.all_logits = true;
+    return inner_.forward(all_rows, sink);
+  }
+
+ private:
+  Backend& inner_;
+  DumpSink& sink_;
+  int forward_calls_ = 0;
+};
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// The command line that reproduces this dump (seed included, so a sampled run repeats exactly).
+std::string reproduce_command(const TraceArgs& a, const SamplingParams& p, uint64_t seed) {
+  std::ostringstream cmd;
+  cmd << "journey trace --model " << shell_quote(a.flags.model) << " " << shell_quote(a.prompt) << " --out "
+      << shell_quote(a.out) << " --max-tokens " << a.flags.max_tokens << " --temperature " << p.temperature
+      << " --top-k " << p.top_k << " --top-p " << p.top_p << " --min-p " << p.min_p << " --repetition-penalty "
+      << p.repetition_penalty << " --frequency-penalty " << p.frequency_penalty << " --presence-penalty "
+      << p.presence_penalty << " --seed " << seed << " --kv-block-size " << a.kv_block_size;
+  if (a.chat) cmd << " --chat";
+  if (!a.flags.system.empty()) cmd << " --system " << shell_quote(a.flags.system);
+  if (!a.stages.empty()) cmd << " --stages " << shell_quote(a.stages);
+  if (!a.layers.empty()) cmd << " --layers " << shell_quote(a.layers);
+  if (!a.heads.empty()) cmd << " --heads " << shell_quote(a.heads);
+  if (!a.steps.empty()) cmd << " --steps " << shell_quote(a.steps);
+  if (a.debug_rope_offset != 0) cmd << " --debug-rope-offset " << a.debug_rope_offset;
+  return cmd.str();
+}
+
+nlohmann::json config_json(const ModelConfig& c) {
+  return {{"architecture", c.architecture},
+          {"hidden_size", c.hidden_size},
+          {"intermediate_size", c.intermediate_size},
+          {"num_hidden_layers", c.num_layers},
+          {"num_attention_heads", c.num_heads},
+          {"num_key_value_heads", c.num_kv_heads},
+          {"head_dim", c.head_dim},
+          {"vocab_size", c.vocab_size},
+          {"max_position_embeddings", c.max_position_embeddings},
+          {"rope_theta", c.rope_theta},
+          {"rms_norm_eps", c.rms_norm_eps},
+          {"tie_word_embeddings", c.tie_word_embeddings},
+          {"attention_bias", c.attention_bias},
+          {"qk_norm", c.qk_norm}};
+}
+
+void run_trace(const TraceArgs& args) {
+  const TraceFilters filters = parse_filters(args.stages, args.layers, args.heads, args.steps);
+  if (args.kv_block_size < 1) fail("--kv-block-size must be at least 1, got ", args.kv_block_size);
+
+  ModelSession session = open_model(args.flags);
+  if (args.debug_rope_offset != 0)  // the planted bug needs its own backend
+    session.backend = make_cpu_backend(session.model, CpuOptions{.threads = args.flags.threads,
+                                                                 .debug_rope_position_offset = args.debug_rope_offset});
+
+  // The text the tokenizer sees: the prompt (plain, BOS added) or the rendered chat template.
+  std::string template_text;
+  std::vector<int> ids;
+  if (args.chat) {
+    ModelChatTemplate tmpl = load_chat_template(session.model.path);
+    ChatTemplateInputs inputs;
+    if (!args.flags.system.empty()) inputs.messages.push_back({"system", args.flags.system});
+    inputs.messages.push_back({"user", args.prompt});
+    inputs.add_generation_prompt = true;
+    inputs.bos_token = tmpl.bos_token;
+    inputs.eos_token = tmpl.eos_token;
+    template_text = tmpl.chat_template->render(inputs);
+    // A template that writes the BOS text itself must not get a second BOS from the tokenizer.
+    const bool has_bos = !tmpl.bos_token.empty() && template_text.find(tmpl.bos_token) != std::string::npos;
+    ids = session.tokenizer->encode(template_text, /*add_special=*/!has_bos, /*parse_special=*/true);
+  } else {
+    ids = session.tokenizer->encode(args.prompt, /*add_special=*/true, /*parse_special=*/false);
+  }
+
+  GenerationRequest request;
+  request.sampling = sampling_params(args.flags, session.model.generation);
+  request.sampling.logprobs = args.top_alternatives;
+  request.stop = session.stop;
+  request.prompt_ids.assign(ids.begin(), ids.end());
+
+  // A pool of the requested block size, large enough for the whole run (generate() keeps it).
+  const int64_t context = session.model.config.max_position_embeddings;
+  const int64_t positions = std::min<int64_t>(context, int64_t(ids.size()) + args.flags.max_tokens);
+  session.backend->allocate_kv_cache((positions + args.kv_block_size - 1) / args.kv_block_size, args.kv_block_size);
+
+  DumpSink sink(args.out, filters);
+  std::vector<int64_t> prompt_positions(ids.size());  // [P]
+  for (size_t i = 0; i < ids.size(); ++i) prompt_positions[i] = int64_t(i);
+  sink.set_step(0, "prefill", prompt_positions);
+  if (args.chat && sink.wants(Stage::template_text, -1)) {
+    std::vector<int32_t> bytes(template_text.begin(), template_text.end());  // [n_bytes]
+    for (auto& b : bytes) b = static_cast<unsigned char>(b);
+    sink.record_ints(Stage::template_text, -1, bytes, {int64_t(bytes.size())});
+  }
+
+  const Tokenizer& tokenizer = *session.tokenizer;
+  GenerationCallbacks callbacks = stream_to_stdout();
+  callbacks.on_token = [&](const SampledToken& token, int64_t) {
+    ManifestSampled sampled{token.id, tokenizer.piece(token.id), token.prob, {}};
+    for (const TokenLogprob& alt : token.top)
+      sampled.top.push_back({alt.id, tokenizer.piece(alt.id), std::exp(double(alt.logprob))});
+    sink.set_sampled(std::move(sampled));
+  };
+
+  if (!args.chat) {
+    std::fwrite(args.prompt.data(), 1, args.prompt.size(), stdout);
+    std::fflush(stdout);
+  }
+  StepMarkingBackend backend(*session.backend, sink);
+  GenerationResult result = generate(backend, tokenizer, request, callbacks, &sink);
+  std::fputs("\n", stdout);
+
+  Manifest& m = sink.manifest();
+  m.generated_by_tool = "journey trace";
+  m.generated_by_command = reproduce_command(args, request.sampling, result.seed);
+  m.model.path = session.model.path.string();
+  m.model.architecture = session.model.config.architecture;
+  m.model.config = config_json(session.model.config);
+  m.model.hash = model_fingerprint(session.model.path);
+  m.prompt = args.prompt;
+  m.template_text = template_text;
+  for (int id : ids) m.tokens.push_back({id, tokenizer.piece(id)});
+  m.settings = {{"backend", session.backend->name()},
+                {"dtype", "float32"},
+                {"sampling",
+                 {{"temperature", request.sampling.temperature},
+                  {"top_k", request.sampling.top_k},
+                  {"top_p", request.sampling.top_p},
+                  {"min_p", request.sampling.min_p},
+                  {"repetition_penalty", request.sampling.repetition_penalty},
+                  {"frequency_penalty", request.sampling.frequency_penalty},
+                  {"presence_penalty", request.sampling.presence_penalty},
+                  {"seed", result.seed},
+                  {"greedy", request.sampling.greedy()}}},
+                {"max_tokens", args.flags.max_tokens},
+                {"chat", args.chat},
+                {"system", args.flags.system},
+                {"kv_cache", {{"block_size", session.backend->kv_block_size()},
+                              {"num_blocks", session.backend->kv_num_blocks()}}},
+                {"filters", {{"stages", args.stages}, {"layers", args.layers}, {"heads", args.heads}, {"steps", args.steps}}},
+                {"generated_text", result.text},
+                {"finish_reason", finish_reason_name(result.finish_reason)}};
+  if (args.debug_rope_offset != 0) m.settings["debug_rope_position_offset"] = args.debug_rope_offset;
+  sink.finish();
+  print_summary(result, request.sampling);
+  std::fprintf(stderr, "[trace: %zu tensors over %zu steps in %s]\n", m.tensors.size(), m.steps.size(),
+               args.out.c_str());
+}
+
+}  // namespace
+
+void register_trace(CLI::App& app) {
+  auto args = std::make_shared<TraceArgs>();
+  auto* cmd = app.add_subcommand("trace", "generate from a prompt and dump every stage (.npy + manifest.json)");
+  cmd->add_option("prompt", args->prompt, "the prompt")->required();
+  cmd->add_option("--out", args->out, "dump directory (created; files of the same names are overwritten)")->required();
+  add_generation_flags(cmd, args->flags);
+  args->flags.max_tokens = 8;  // a trace is for reading, not for long texts
+  cmd->get_option("--max-tokens")->default_str("8");
+  cmd->add_flag("--chat", args->chat, "wrap the prompt in the model's chat template (with --system)");
+  cmd->add_option("--stages", args->stages, "stages to keep, comma-separated globs (\"L*.attn_weights,logits\"); default all");
+  cmd->add_option("--layers", args->layers, "layers to keep (\"0,4\", \"0-3\"); default all");
+  cmd->add_option("--heads", args->heads, "query heads kept in per-head stages (\"0-3\"); default all");
+  cmd->add_option("--steps", args->steps, "steps to keep (0 = prefill, then one per decode step); default all");
+  cmd->add_option("--kv-block-size", args->kv_block_size, "token slots per KV-cache block")->capture_default_str();
+  cmd->add_option("--top", args->top_alternatives, "alternatives recorded with each sampled token")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 20));
+  // Hidden (empty group): the planted RoPE bug, for the tests that prove a diff finds it.
+  cmd->add_option("--debug-rope-offset", args->debug_rope_offset, "TEST ONLY: rotate q by position + N")->group("");
+  cmd->callback([args] { run_trace(*args); });
+}
+
+}  // namespace journey::cli

@@ -1,0 +1,161 @@
+// journey-trace: read what `journey trace` (or tools/trace/reference.py) dumped.
+//
+//   journey-trace render DIR [--out FILE.svg|.png|.dot] [--layer N] [--step N]
+//   journey-trace report DIR [--out report.html] [--layer N]
+//   journey-trace diff DIR_A DIR_B [--svg FILE] [--only-failures] [--tolerance-scale X]
+//   journey-trace golden DIR --against tests/golden/NAME [--svg FILE]
+//
+// Exit status: 0 = done / every stage within tolerance, 1 = a stage diverges, 2 = an error
+// (unreadable dump, bad arguments: the message names the file and what is wrong).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "core/error.h"
+#include "dump_view.h"
+#include "journey_graph.h"
+#include "report.h"
+#include "trace/compare.h"
+
+namespace journey::tracer {
+namespace {
+
+int run_render(const std::string& dir, std::string out, int layer, int step) {
+  Dump dump(dir);
+  if (out.empty()) out = (std::filesystem::path(dir) / "journey.svg").string();
+  GraphOptions options;
+  options.expanded_layer = layer;
+  options.step = step;
+  render_journey_to_file(dump, options, out);
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+
+int run_report(const std::string& dir, std::string out, int layer) {
+  Dump dump(dir);
+  if (out.empty()) out = (std::filesystem::path(dir) / "report.html").string();
+  ReportOptions options;
+  options.expanded_layer = layer;
+  const std::string html = render_report(dump, options);
+  std::ofstream file(out, std::ios::binary);
+  file << html;
+  if (!file) fail("cannot write ", out);
+  std::printf("wrote %s (%zu bytes, self-contained)\n", out.c_str(), html.size());
+  return 0;
+}
+
+// The argmax agreement of every logits comparison: the one number a reader checks first.
+std::string argmax_lines(const ComparisonResult& result) {
+  std::string out;
+  for (const auto& c : result.tensors)
+    if (c.stage == "logits" && c.argmax_rows > 0)
+      out += cat("logits step ", c.step, ": argmax agrees on ", c.argmax_rows - c.argmax_disagree, "/", c.argmax_rows,
+                 " rows\n");
+  return out;
+}
+
+// The diagram of `ours` with each node coloured by how its tensor compares; it shows the step and
+// the layer of the first divergence (step 0 and layer 0 when there is none).
+void write_diff_svg(const ComparisonResult& result, const std::filesystem::path& out) {
+  Dump ours(result.ours);
+  GraphOptions options;
+  const TensorComparison* first = result.first();
+  options.step = first ? first->step : 0;
+  options.expanded_layer = first && first->layer >= 0 ? first->layer : 0;
+  for (size_t i = 0; i < result.tensors.size(); ++i) {
+    const auto& c = result.tensors[i];
+    if (c.step != options.step) continue;
+    NodeMark mark = NodeMark::Ok;
+    if (result.first_divergence == i) mark = NodeMark::FirstDivergence;
+    else if (c.status == CompareStatus::MissingInOurs) mark = NodeMark::Missing;
+    else if (c.fails()) mark = NodeMark::Diverged;
+    else if (c.status == CompareStatus::OnlyInOurs) mark = NodeMark::None;
+    options.marks[c.name] = mark;
+  }
+  options.title = cat("diff ", result.ours.filename().string(), " vs ", result.golden.filename().string(), ": ",
+                      first ? cat("first divergence ", first->name, " at step ", first->step) : std::string("all within tolerance"));
+  render_journey_to_file(ours, options, out);
+}
+
+int run_compare(const std::string& ours, const std::string& golden, const std::string& svg, bool only_failures,
+                double tolerance_scale, const char* verdict_ok) {
+  CompareOptions options;
+  options.tolerance_scale = tolerance_scale;
+  ComparisonResult result = compare_dumps(ours, golden, options);
+  std::cout << format_comparison(result, only_failures) << argmax_lines(result);
+  if (!svg.empty()) {
+    write_diff_svg(result, svg);
+    std::cout << "wrote " << svg << "\n";
+  }
+  if (result.ok()) {
+    std::cout << verdict_ok << "\n";
+    return 0;
+  }
+  std::cout << "DIVERGED: first at " << result.first()->name << " (step " << result.first()->step << ")\n";
+  return 1;
+}
+
+}  // namespace
+}  // namespace journey::tracer
+
+int main(int argc, char** argv) {
+  using namespace journey::tracer;
+  CLI::App app{"journey-trace — draw, report and compare trace dumps written by `journey trace`"};
+  app.require_subcommand(1);
+  int status = 0;
+
+  std::string render_dir, render_out;
+  int render_layer = 0, render_step = 0;
+  auto* render = app.add_subcommand("render", "the journey as a diagram (SVG, PNG or dot)");
+  render->add_option("dir", render_dir, "dump directory")->required();
+  render->add_option("--out", render_out, "output file: .svg, .png or .dot (default DIR/journey.svg)");
+  render->add_option("--layer", render_layer, "layer drawn stage by stage")->capture_default_str();
+  render->add_option("--step", render_step, "step summarized (0 = prefill)")->capture_default_str();
+  render->callback([&] { status = run_render(render_dir, render_out, render_layer, render_step); });
+
+  std::string report_dir, report_out;
+  int report_layer = 0;
+  auto* report = app.add_subcommand("report", "one self-contained HTML report");
+  report->add_option("dir", report_dir, "dump directory")->required();
+  report->add_option("--out", report_out, "output file (default DIR/report.html)");
+  report->add_option("--layer", report_layer, "layer the diagram expands")->capture_default_str();
+  report->callback([&] { status = run_report(report_dir, report_out, report_layer); });
+
+  std::string diff_a, diff_b, diff_svg;
+  bool diff_only_failures = false;
+  double diff_scale = 1.0;
+  auto* diff = app.add_subcommand("diff", "compare two dumps stage by stage; exit 1 when a stage diverges");
+  diff->add_option("dir_a", diff_a, "the dump under test")->required();
+  diff->add_option("dir_b", diff_b, "the dump it is compared with (the reference)")->required();
+  diff->add_option("--svg", diff_svg, "also draw the diagram with nodes coloured by divergence");
+  diff->add_flag("--only-failures", diff_only_failures, "list only the failing tensors");
+  diff->add_option("--tolerance-scale", diff_scale, "multiply every tolerance (e.g. 100 for bf16)")->capture_default_str();
+  diff->callback([&] {
+    status = run_compare(diff_a, diff_b, diff_svg, diff_only_failures, diff_scale, "SAME: every stage within tolerance");
+  });
+
+  std::string golden_dir, golden_against, golden_svg;
+  auto* golden = app.add_subcommand("golden", "compare a dump with a golden (tests/golden/NAME) as the tests do");
+  golden->add_option("dir", golden_dir, "the dump under test")->required();
+  golden->add_option("--against", golden_against, "golden dump directory, e.g. tests/golden/stories260K")->required();
+  golden->add_option("--svg", golden_svg, "also draw the diagram with nodes coloured by divergence");
+  golden->callback([&] {
+    status = run_compare(golden_dir, golden_against, golden_svg, /*only_failures=*/true, 1.0,
+                         "GOLDEN OK: every stage of the golden is matched within tolerance");
+  });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  } catch (const journey::Error& e) {
+    std::cerr << "journey-trace: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "journey-trace: internal error: " << e.what() << "\n";
+    return 2;
+  }
+  return status;
+}
