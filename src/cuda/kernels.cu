@@ -543,12 +543,12 @@ __device__ int64_t block_argmax(const float* values, int64_t V) {
   return best_index[0];
 }
 
-__global__ void argmax_kernel(int32_t* ids, const float* logits, int64_t V) {
+__global__ void __launch_bounds__(kSampleBlock) argmax_kernel(int32_t* ids, const float* logits, int64_t V) {
   const int64_t id = block_argmax(logits + int64_t(blockIdx.x) * V, V);
   if (threadIdx.x == 0) ids[blockIdx.x] = int32_t(id);
 }
 
-__global__ void sample_kernel(int32_t* ids, const float* logits, const DeviceSampling* params, float* probs_all,
+__global__ void __launch_bounds__(kSampleBlock) sample_kernel(int32_t* ids, const float* logits, const DeviceSampling* params, float* probs_all,
                               int64_t V) {
   __shared__ double smem[32];
   __shared__ int64_t found;
