@@ -1,5 +1,6 @@
 #include "text/special_tokens.h"
 
+#include <array>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -22,9 +23,19 @@ bool is_space_byte(char c) {
 std::vector<TextSegment> split_on_added_tokens(std::string_view text, const std::vector<AddedToken>& tokens,
                                                bool parse_special) {
   std::vector<TextSegment> segments;
+  // Bytes that can start an added token: most positions of a text are ruled out by this alone.
+  std::array<bool, 256> can_start{};
+  for (const AddedToken& token : tokens) {
+    if (!token.content.empty() && (parse_special || !token.special))
+      can_start[static_cast<unsigned char>(token.content[0])] = true;
+  }
   size_t plain_start = 0;  // start of the plain stretch not yet emitted
   size_t pos = 0;
   while (pos < text.size()) {
+    if (!can_start[static_cast<unsigned char>(text[pos])]) {
+      ++pos;
+      continue;
+    }
     // Longest added token that starts at pos.
     const AddedToken* best = nullptr;
     for (const AddedToken& token : tokens) {
