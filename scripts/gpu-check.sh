@@ -7,7 +7,8 @@
 # Steps (each under its own timeout, each logged; a failing step is recorded and the next runs):
 #   1. configure + build with CUDA (Release, sm_90, no chapters, -j16): journey, test_cuda, cuda_bench
 #   2. the CUDA tests (per-op NMSE vs the reference ops, whole-model CPU vs GPU)
-#   3. `journey trace --device cuda` vs `--device cpu` + `journey-trace diff`, if those exist
+#   3. `journey trace --device cuda:f32` and `--device cuda` (bf16) vs `--device cpu`, then
+#      `journey-trace diff` (bf16 at 100x the tolerances), if `journey trace` has --device
 #   4. random-weight bf16 models of real shapes (TinyLlama 1.1B; Llama 7B shape with fewer layers
 #      unless FULL7B=1) written to local disk outside the repo, then decode/prefill benchmarks
 #   5. summary.json / summary.txt: decode tok/s at batch 1 against the H200 bandwidth ceiling
@@ -75,11 +76,18 @@ TRACE_MODELS="data/stories260K tests/golden/models/tiny-llama tests/golden/model
 if [ -x "$JOURNEY" ] && "$JOURNEY" trace --help 2>&1 | grep -q -- '--device' && [ -n "$TRACE_TOOL" ]; then
   for m in $TRACE_MODELS; do
     name=$(basename "$m")
-    step "trace_cpu_$name" 60 "$JOURNEY" trace --model "$m" --device cpu --max-tokens 8 --temperature 0 \
+    # the tiny models ship no tokenizer; their 512-token vocabulary is sized for stories260K's
+    TRACE_ARGS="--model $m --tokenizer data/stories260K --temperature 0"
+    step "trace_cpu_$name" 60 "$JOURNEY" trace $TRACE_ARGS --device cpu \
       --out "$OUT/traces/$name-cpu" "Once upon a time"
-    step "trace_cuda_$name" 60 "$JOURNEY" trace --model "$m" --device cuda --max-tokens 8 --temperature 0 \
-      --out "$OUT/traces/$name-cuda" "Once upon a time"
-    step "trace_diff_$name" 60 "$TRACE_TOOL" diff "$OUT/traces/$name-cpu" "$OUT/traces/$name-cuda"
+    # f32 weights: must be SAME at the default tolerances; bf16: a rounded model, tolerances x100
+    step "trace_cuda_f32_$name" 60 "$JOURNEY" trace $TRACE_ARGS --device cuda:f32 \
+      --out "$OUT/traces/$name-cuda-f32" "Once upon a time"
+    step "trace_diff_f32_$name" 60 "$TRACE_TOOL" diff "$OUT/traces/$name-cuda-f32" "$OUT/traces/$name-cpu"
+    step "trace_cuda_bf16_$name" 60 "$JOURNEY" trace $TRACE_ARGS --device cuda \
+      --out "$OUT/traces/$name-cuda-bf16" "Once upon a time"
+    step "trace_diff_bf16_$name" 60 "$TRACE_TOOL" diff "$OUT/traces/$name-cuda-bf16" "$OUT/traces/$name-cpu" \
+      --tolerance-scale 100
   done
 else
   log "skipping traces: needs 'journey trace --device' and the journey-trace tool (not in this build)"

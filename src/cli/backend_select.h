@@ -9,8 +9,8 @@
 
 namespace journey::cli {
 
-// device: "cpu" (the reference, `threads` threads, 0 = all cores) or "cuda" (bf16 weights on
-// device 0). Throws journey::Error: "journey was built without CUDA (JOURNEY_CUDA=OFF)" or
+// device: "cpu" (the reference, `threads` threads, 0 = all cores), "cuda" (bf16 weights on
+// device 0), or "cuda:bf16" / "cuda:f16" / "cuda:f32" to choose the weight type. Throws journey::Error: "journey was built without CUDA (JOURNEY_CUDA=OFF)" or
 // "no CUDA device visible" for cuda when it cannot run, and names the device for anything else.
 std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::string& device, int threads);
 
