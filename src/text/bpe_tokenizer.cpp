@@ -205,7 +205,10 @@ class BpeTokenizer final : public Tokenizer {
       static const char* hex = "0123456789ABCDEF";
       for (int b = 0; b < 256; ++b) {
         const std::string piece = std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">";
-        if (auto it = model_ids_.find(piece); it != model_ids_.end()) byte_ids_[b] = it->second;
+        if (auto it = model_ids_.find(piece); it != model_ids_.end()) {
+          byte_ids_[b] = it->second;
+          byte_of_id_[it->second] = static_cast<uint8_t>(b);
+        }
       }
     }
     for (const PreTokenizerStep& step : s_.pre_tokenizers) {
@@ -252,9 +255,7 @@ class BpeTokenizer final : public Tokenizer {
       }
       return bytes;
     }
-    for (int b = 0; b < 256; ++b) {
-      if (byte_ids_[b] == id) return std::string(1, static_cast<char>(b));
-    }
+    if (auto it = byte_of_id_.find(id); it != byte_of_id_.end()) return std::string(1, static_cast<char>(it->second));
     std::string text = s_.decode_metaspace ? replace_all(piece, "\xE2\x96\x81", " ") : piece;
     const bool at_start = previous_id < 0 || (s_.bos && previous_id == *s_.bos);
     if (s_.decode_strip_first_space && at_start && !text.empty() && text[0] == ' ') text.erase(0, 1);
@@ -436,6 +437,7 @@ class BpeTokenizer final : public Tokenizer {
   std::unordered_map<int, const AddedToken*> added_by_id_;
   std::unordered_map<uint64_t, Merge> merges_;  // (left id, right id) -> rank and result
   std::array<int, 256> byte_ids_;               // [256] byte -> id of "<0xHH>", -1 if none
+  std::unordered_map<int, uint8_t> byte_of_id_;  // the same, id -> byte
   std::vector<std::unique_ptr<Regex>> regexes_; // [pre-tokenizer steps] compiled patterns
 };
 

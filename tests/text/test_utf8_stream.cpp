@@ -1,6 +1,7 @@
 // The UTF-8 helpers and the streaming detokenizer on hand-made byte sequences.
 #include <doctest/doctest.h>
 
+#include "text/special_tokens.h"
 #include "text/tokenizer.h"
 #include "text/utf8.h"
 #include "text/vectors.h"
@@ -63,4 +64,33 @@ TEST_CASE("invalid bytes become U+FFFD and never block later text") {
   CHECK(stream("\xE4" "x") == std::vector<std::string>{"", "\xEF\xBF\xBD" "x", ""});
   // A character cut off by the end of the stream is flushed as U+FFFD.
   CHECK(stream("ok\xF0\x9F") == std::vector<std::string>{"o", "k", "", "", "\xEF\xBF\xBD\xEF\xBF\xBD"});
+}
+
+TEST_CASE("added tokens are cut out leftmost-longest, with lstrip/rstrip/single_word") {
+  const std::vector<AddedToken> tokens = {
+      {"<|a|>", 10, true},
+      {"<|a|><|a|>", 11, true},                    // longer match wins at the same position
+      {"[L]", 12, true, /*lstrip=*/true, false},   // swallows spaces on its left
+      {"[R]", 13, true, false, /*rstrip=*/true},   // ... and on its right
+      {"cat", 14, false, false, false, /*single_word=*/true},
+  };
+  auto render = [](const std::vector<TextSegment>& segments) {
+    std::string out;
+    for (const TextSegment& s : segments) {
+      if (s.token_id >= 0) {
+        out += '#';
+        out += std::to_string(s.token_id);
+      } else {
+        out += '\'';
+        out += s.text;
+        out += '\'';
+      }
+    }
+    return out;
+  };
+  CHECK(render(split_on_added_tokens("x<|a|><|a|>y<|a|>", tokens, true)) == "'x'#11'y'#10");
+  CHECK(render(split_on_added_tokens("x<|a|>y", tokens, false)) == "'x<|a|>y'");  // special: only with parse_special
+  CHECK(render(split_on_added_tokens("a  [L]b", tokens, true)) == "'a'#12'b'");
+  CHECK(render(split_on_added_tokens("a[R]  b", tokens, true)) == "'a'#13'b'");
+  CHECK(render(split_on_added_tokens("cat concat cat.", tokens, false)) == "#14' concat '#14'.'");
 }
