@@ -318,7 +318,7 @@ class BpeTokenizer final : public Tokenizer {
             split_by(*regexes_[i], step.behavior, step.invert, piece, next);
             break;
           case PreTokenizerStep::Kind::ByteLevel:
-            if (step.add_prefix_space && (piece.text.empty() || piece.text[0] != ' ')) piece.text.insert(0, " ");
+            if (step.add_prefix_space && (piece.text.empty() || piece.text[0] != ' ')) piece.text.insert(piece.text.begin(), ' ');
             if (regexes_[i]) split_by(*regexes_[i], PreTokenizerStep::Behavior::Isolated, false, piece, next);
             else next.push_back(std::move(piece));
             break;

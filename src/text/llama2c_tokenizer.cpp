@@ -43,7 +43,7 @@ std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::filesystem::path& p
   ScoreMergeVocab vocab;
   vocab.source = path.string();
   vocab.kind = "llama2c";
-  vocab.space_symbol = " ";
+  vocab.space_symbol.assign(1, ' ');
   while (vocab_size < 0 || static_cast<int>(vocab.pieces.size()) < vocab_size) {
     const int id = static_cast<int>(vocab.pieces.size());
     float score = 0;
