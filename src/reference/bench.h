@@ -16,6 +16,7 @@ struct BenchOptions {
   int gen_tokens = 64;
   int threads = 0;  // 0 = all cores
   int runs = 3;
+  bool measure_ceilings = true;  // the bandwidth and GEMM measurements (seconds, 2 GiB); tests skip them
 };
 
 struct Spread {
