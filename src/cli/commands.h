@@ -12,6 +12,7 @@ void register_template(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_serve(CLI::App& app);
 void register_trace(CLI::App& app);
 
 // The model every command uses when --model is not given: the shipped stories260K.

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   journey::cli::register_generate(app);
   journey::cli::register_chat(app);
   journey::cli::register_bench(app);
+  journey::cli::register_serve(app);
   journey::cli::register_trace(app);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,72 @@
+// journey serve — the OpenAI-compatible server (docs/serving.md).
+//
+//   journey serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+//                 [--served-model-name NAME] [--max-num-seqs N] [--max-num-batched-tokens N]
+//                 [--block-size 16] [--kv-cache-memory BYTES | --num-kv-blocks N]
+//                 [--rate-limit N] [--threads N]
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "assets/model.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/stop.h"
+#include "reference/cpu_backend.h"
+#include "server/http_server.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+namespace journey::cli {
+
+namespace {
+struct ServeArgs {
+  std::string model;
+  int threads = 0;
+  server::ServerOptions server;
+  EngineConfig engine;
+  bool no_prefix_caching = false;
+};
+
+void run_serve(ServeArgs args) {
+  if (args.model.empty()) args.model = default_model_path();
+  if (args.server.api_key.empty())
+    if (const char* env = std::getenv("JOURNEY_API_KEY")) args.server.api_key = env;
+  if (args.server.served_model_name.empty())
+    args.server.served_model_name = std::filesystem::path(args.model).filename().string();
+  args.engine.enable_prefix_caching = !args.no_prefix_caching;
+  server::run_server(args.server, [args](server::ServingParts& parts) {
+    parts.model_path = args.model;
+    LoadedModel model = load_model(args.model);
+    parts.tokenizer = load_tokenizer(model.path);
+    parts.chat_template = std::make_unique<ModelChatTemplate>(load_chat_template(model.path));
+    parts.backend = make_cpu_backend(model, CpuOptions{.threads = args.threads});
+    parts.engine_config = args.engine;
+    parts.engine_config.eos_token_ids = collect_eos_ids(model.generation, model.config, *parts.tokenizer);
+  });
+}
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching and a paged KV cache");
+  cmd->add_option("--model", args->model, "model directory or file (default: the shipped stories260K)");
+  cmd->add_option("--host", args->server.host, "address to bind (default 127.0.0.1: this machine only)");
+  cmd->add_option("--port", args->server.port, "TCP port")->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", args->server.api_key, "require 'Authorization: Bearer KEY' (or set JOURNEY_API_KEY)");
+  cmd->add_option("--served-model-name", args->server.served_model_name, "model id clients use (default: directory name)");
+  cmd->add_option("--max-num-seqs", args->engine.scheduler.max_num_seqs, "sequences per step")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-num-batched-tokens", args->engine.scheduler.max_num_batched_tokens,
+                  "tokens per step (prefill chunks + decodes)")->check(CLI::PositiveNumber);
+  cmd->add_option("--block-size", args->engine.block_size, "tokens per KV block")->check(CLI::PositiveNumber);
+  auto mem = cmd->add_option("--kv-cache-memory", args->engine.kv_cache_memory, "bytes for the KV pool")->check(CLI::PositiveNumber);
+  cmd->add_option("--num-kv-blocks", args->engine.num_kv_blocks, "KV pool size in blocks")->check(CLI::PositiveNumber)->excludes(mem);
+  cmd->add_option("--max-model-len", args->engine.max_model_len, "context length (default: the model's)")->check(CLI::PositiveNumber);
+  cmd->add_flag("--no-prefix-caching", args->no_prefix_caching, "do not reuse KV blocks across requests");
+  cmd->add_option("--rate-limit", args->server.rate_limit_per_minute, "requests per minute per API key (0 = off)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-body-bytes", args->server.max_body_bytes, "largest request body accepted");
+  cmd->add_option("--threads", args->threads, "CPU threads for the model (0 = all cores)")->check(CLI::NonNegativeNumber);
+  cmd->callback([args] { run_serve(*args); });
+}
+
+}  // namespace journey::cli

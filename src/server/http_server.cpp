@@ -1,0 +1,422 @@
+#include "server/http_server.h"
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <deque>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include <httplib.h>
+#include <pthread.h>
+
+#include "core/error.h"
+#include "server/engine_loop.h"
+#include "server/metrics.h"
+#include "server/openai_api.h"
+
+namespace journey::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Compare secrets without an early exit, so the time taken does not reveal how many leading
+// characters matched.
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+// Sliding one-minute window per client key.
+class RateLimiter {
+ public:
+  explicit RateLimiter(int per_minute) : per_minute_(per_minute) {}
+  // 0 when allowed (and counted), else seconds until a slot frees up.
+  int check(const std::string& key) {
+    if (per_minute_ <= 0) return 0;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto now = Clock::now();
+    std::deque<Clock::time_point>& q = windows_[key];
+    while (!q.empty() && now - q.front() >= std::chrono::minutes(1)) q.pop_front();
+    if (static_cast<int>(q.size()) < per_minute_) {
+      q.push_back(now);
+      return 0;
+    }
+    auto wait = std::chrono::duration_cast<std::chrono::seconds>(q.front() + std::chrono::minutes(1) - now).count();
+    return static_cast<int>(std::max<int64_t>(1, wait + 1));
+  }
+
+ private:
+  int per_minute_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::deque<Clock::time_point>> windows_;
+};
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%s%016llx", prefix, static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+int64_t unix_time() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+struct Server {
+  ServerOptions options;
+  Metrics metrics;
+  RateLimiter limiter;
+  std::atomic<bool> ready{false};
+  ServingParts parts;
+  ModelContext ctx;
+  std::unique_ptr<EngineLoop> loop;
+
+  explicit Server(const ServerOptions& o) : options(o), limiter(o.rate_limit_per_minute) {}
+
+  void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type,
+                  const std::string& param = "", const std::string& code = "") {
+    res.status = status;
+    res.set_content(dump(error_body(message, type, param, code)), "application/json");
+    metrics.count_http_error();
+  }
+
+  // Auth, rate limit, readiness and error mapping around every API handler.
+  httplib::Server::Handler api(std::function<void(const httplib::Request&, httplib::Response&)> handler) {
+    return [this, handler](const httplib::Request& req, httplib::Response& res) {
+      std::string client = req.remote_addr;
+      if (!options.api_key.empty()) {
+        std::string auth = req.get_header_value("Authorization");
+        const std::string prefix = "Bearer ";
+        std::string given = auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : "";
+        if (!constant_time_equal(given, options.api_key)) {
+          send_error(res, 401, auth.empty() ? "Missing API key: send 'Authorization: Bearer <key>'"
+                                            : "Incorrect API key provided",
+                     "invalid_request_error", "", "invalid_api_key");
+          return;
+        }
+        client = given;
+      }
+      if (int retry = limiter.check(client)) {
+        res.set_header("Retry-After", std::to_string(retry));
+        send_error(res, 429, cat("Rate limit reached: ", options.rate_limit_per_minute,
+                                 " requests per minute; retry in ", retry, " s"),
+                   "rate_limit_error", "", "rate_limit_exceeded");
+        return;
+      }
+      if (!ready) {
+        send_error(res, 503, "The model is still loading", "service_unavailable");
+        return;
+      }
+      try {
+        handler(req, res);
+      } catch (const ApiError& e) {
+        send_error(res, e.status, e.what(), e.type, e.param, e.code);
+      } catch (const json::exception& e) {
+        send_error(res, 400, cat("Malformed JSON in the request body: ", e.what()), "invalid_request_error");
+      } catch (const Error& e) {
+        send_error(res, 400, e.what(), "invalid_request_error");
+      } catch (const std::exception& e) {
+        send_error(res, 500, cat("Internal error: ", e.what()), "internal_error");
+      }
+    };
+  }
+
+  json parse_body(const httplib::Request& req) {
+    // nlohmann rejects invalid UTF-8 inside strings, so no ill-formed text reaches the tokenizer.
+    return json::parse(req.body);
+  }
+
+  void completions(const httplib::Request& req, httplib::Response& res, bool chat);
+  void tokenize(const httplib::Request& req, httplib::Response& res);
+  void detokenize(const httplib::Request& req, httplib::Response& res);
+};
+
+// Everything one HTTP request accumulates while its choices run.
+struct Exchange {
+  ApiRequest api;
+  std::shared_ptr<RequestStream> stream = std::make_shared<RequestStream>();
+  std::vector<int64_t> ids;
+  std::vector<ChoiceState> choices;
+  std::vector<int32_t> previous;      // [n] last token of each choice (for token texts)
+  std::vector<size_t> text_offset;    // [n]
+  std::vector<bool> role_sent;        // [n] chat streams open with a role delta
+  int finished = 0;
+  bool done = false;
+  std::string id;
+  int64_t created = unix_time();
+  std::string error;                  // engine failure text, if any
+};
+
+void absorb(Exchange& ex, const ModelContext& ctx, const StreamEvent& ev, json* chunk_choice) {
+  ChoiceState& c = ex.choices[ev.choice];
+  const RequestOutput& out = ev.output;
+  c.prompt_tokens = out.prompt_tokens;
+  c.completion_tokens += static_cast<int64_t>(out.tokens.size());
+  std::string text = out.text;
+  if (out.aborted && !out.text.empty() && out.text.rfind("engine error: ", 0) == 0) {
+    ex.error = out.text;
+    text.clear();
+  }
+  c.text += text;
+  if (chunk_choice) {
+    json& ch = *chunk_choice;
+    ch["index"] = ev.choice;
+    if (ex.api.chat) {
+      json delta = json::object();
+      if (!ex.role_sent[ev.choice]) {
+        delta["role"] = "assistant";
+        ex.role_sent[ev.choice] = true;
+      }
+      if (!text.empty() || !out.finished()) delta["content"] = text;
+      ch["delta"] = delta;
+    } else {
+      ch["text"] = text;
+    }
+    ch["logprobs"] = nullptr;
+    if (ex.api.logprobs && !out.tokens.empty())
+      ch["logprobs"] = logprobs_json(ex.api, ctx, out.tokens, ex.previous[ev.choice], ex.text_offset[ev.choice]);
+    ch["finish_reason"] = nullptr;
+  }
+  for (const SampledToken& t : out.tokens) {
+    c.tokens.push_back(t);
+    ex.text_offset[ev.choice] += token_text(ctx, t.id, ex.previous[ev.choice]).size();
+    ex.previous[ev.choice] = t.id;
+  }
+  if (out.finished()) {
+    c.finish_reason = out.aborted ? "abort" : finish_reason_name(*out.finish_reason);
+    ++ex.finished;
+    if (chunk_choice) (*chunk_choice)["finish_reason"] = c.finish_reason;
+  }
+}
+
+void Server::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
+  json body = parse_body(req);
+  auto ex = std::make_shared<Exchange>();
+  ex->api = chat ? parse_chat_request(body, ctx) : parse_completion_request(body, ctx);
+  size_t n = ex->api.sequences.size();
+  ex->choices.resize(n);
+  ex->previous.assign(n, ex->api.sequences[0].prompt.back());
+  ex->text_offset.assign(n, ex->api.echo ? ex->api.prompt_text.size() : 0);
+  ex->role_sent.assign(n, false);
+  ex->id = random_id(chat ? "chatcmpl-" : "cmpl-");
+  int64_t prompt_tokens = static_cast<int64_t>(ex->api.sequences[0].prompt.size());
+  ex->ids = loop->submit(ex->api.sequences, ex->stream);  // journey::Error -> 400
+
+  auto usage = [ex, prompt_tokens] {
+    int64_t completion = 0;
+    for (const ChoiceState& c : ex->choices) completion += c.completion_tokens;
+    return usage_json(prompt_tokens, completion);
+  };
+
+  if (!ex->api.stream) {
+    while (ex->finished < static_cast<int>(n))
+      if (auto ev = ex->stream->pop(std::chrono::milliseconds(1000))) absorb(*ex, ctx, *ev, nullptr);
+    if (!ex->error.empty()) throw ApiError(500, ex->error, "", "internal_error");
+    json choices = json::array();
+    for (size_t i = 0; i < n; ++i) {
+      const ChoiceState& c = ex->choices[i];
+      json lp = nullptr;
+      if (ex->api.logprobs)
+        lp = logprobs_json(ex->api, ctx, c.tokens, ex->api.sequences[0].prompt.back(),
+                           ex->api.echo ? ex->api.prompt_text.size() : 0);
+      if (chat)
+        choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", c.text}}}, {"logprobs", lp},
+                           {"finish_reason", c.finish_reason}});
+      else
+        choices.push_back({{"index", i}, {"text", (ex->api.echo ? ex->api.prompt_text : "") + c.text},
+                           {"logprobs", lp}, {"finish_reason", c.finish_reason}});
+    }
+    json response = {{"id", ex->id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", ex->created},
+                     {"model", options.served_model_name}, {"choices", choices}, {"usage", usage()}};
+    res.set_content(dump(response), "application/json");
+    return;
+  }
+
+  res.set_header("Cache-Control", "no-cache");
+  EngineLoop* engine_loop = loop.get();
+  const char* object = chat ? "chat.completion.chunk" : "text_completion";
+  std::string model = options.served_model_name;
+  auto last_write = std::make_shared<Clock::time_point>(Clock::now());
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, ex, n, object, model, usage, last_write](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& s) {
+          *last_write = Clock::now();
+          return sink.write(s.data(), s.size());
+        };
+        auto chunk = [&](json choices) {
+          json c = {{"id", ex->id}, {"object", object}, {"created", ex->created}, {"model", model}, {"choices", choices}};
+          if (ex->api.include_usage) c["usage"] = nullptr;
+          return c;
+        };
+        if (ex->done) {
+          sink.done();
+          return true;
+        }
+        // The echo of a completion prompt goes first.
+        if (ex->api.echo && !ex->api.prompt_text.empty() && ex->text_offset.size() && ex->choices[0].tokens.empty() &&
+            !ex->role_sent[0]) {
+          ex->role_sent[0] = true;  // reused as "echo sent" for completions
+          json choices = json::array();
+          for (size_t i = 0; i < n; ++i)
+            choices.push_back({{"index", i}, {"text", ex->api.prompt_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+          if (!write("data: " + dump(chunk(choices)) + "\n\n")) return false;
+          for (size_t i = 0; i < n; ++i) ex->role_sent[i] = true;
+        }
+        auto ev = ex->stream->pop(std::chrono::milliseconds(200));
+        if (!ev) {
+          // Idle (waiting for a slot): a comment line keeps proxies calm and detects a gone client.
+          if (Clock::now() - *last_write > std::chrono::seconds(2) && !write(": keep-alive\n\n")) return false;
+          return sink.is_writable();
+        }
+        json choice;
+        absorb(*ex, ctx, *ev, &choice);
+        if (!ex->error.empty()) {
+          write("data: " + dump(error_body(ex->error, "internal_error", "", "")) + "\n\n");
+        } else if (!write("data: " + dump(chunk(json::array({choice}))) + "\n\n")) {
+          return false;  // the client is gone: the releaser aborts the sequences
+        }
+        if (ex->finished == static_cast<int>(n)) {
+          if (ex->api.include_usage) {
+            json last = chunk(json::array());
+            last["usage"] = usage();
+            if (!write("data: " + dump(last) + "\n\n")) return false;
+          }
+          if (!write("data: [DONE]\n\n")) return false;
+          ex->done = true;
+          sink.done();
+        }
+        return true;
+      },
+      [engine_loop, ex](bool) {
+        if (ex->finished < static_cast<int>(ex->choices.size())) engine_loop->abort(ex->ids);
+      });
+}
+
+void Server::tokenize(const httplib::Request& req, httplib::Response& res) {
+  json body = parse_body(req);
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  std::vector<int32_t> ids;
+  if (body.contains("messages")) {
+    ids = encode_chat(body["messages"], ctx);
+  } else if (body.contains("prompt") && body["prompt"].is_string()) {
+    bool special = body.value("add_special_tokens", true);
+    std::vector<int> raw = ctx.tokenizer->encode(body["prompt"].get<std::string>(), special, /*parse_special=*/false);
+    ids.assign(raw.begin(), raw.end());
+  } else {
+    throw ApiError(400, "/tokenize needs 'prompt' (a string) or 'messages'", "prompt");
+  }
+  json tokens = ids;
+  res.set_content(dump({{"tokens", tokens}, {"count", ids.size()}, {"max_model_len", ctx.max_model_len}}),
+                  "application/json");
+}
+
+void Server::detokenize(const httplib::Request& req, httplib::Response& res) {
+  json body = parse_body(req);
+  if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+    throw ApiError(400, "/detokenize needs 'tokens', a list of token ids", "tokens");
+  std::vector<int> ids;
+  for (const json& t : body["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= ctx.tokenizer->vocab_size())
+      throw ApiError(400, cat("'tokens' must hold token ids in [0, ", ctx.tokenizer->vocab_size(), "); found ", t.dump()),
+                     "tokens");
+    ids.push_back(t.get<int>());
+  }
+  res.set_content(dump({{"prompt", ctx.tokenizer->decode(ids)}}), "application/json");
+}
+
+}  // namespace
+
+void run_server(const ServerOptions& options, std::function<void(ServingParts&)> load) {
+  Server state(options);
+  httplib::Server http;
+  int threads = options.http_threads;
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http.set_payload_max_length(options.max_body_bytes);
+  http.set_error_handler([&state, &options](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string message = res.status == 413 ? cat("The request body is larger than ", options.max_body_bytes, " bytes")
+                          : res.status == 404 ? cat("No route for ", req.method, " ", req.path)
+                                              : cat("HTTP error ", res.status);
+    res.set_content(dump(error_body(message, "invalid_request_error", "", "")), "application/json");
+    state.metrics.count_http_error();
+  });
+
+  http.Get("/health", [&state](const httplib::Request&, httplib::Response& res) {
+    res.status = state.ready ? 200 : 503;
+    res.set_content(state.ready ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}", "application/json");
+  });
+  http.Get("/metrics", [&state](const httplib::Request&, httplib::Response& res) {
+    res.set_content(state.metrics.render(), "text/plain; version=0.0.4");
+  });
+  http.Get("/v1/models", state.api([&state](const httplib::Request&, httplib::Response& res) {
+    json model = {{"id", state.options.served_model_name}, {"object", "model"}, {"created", unix_time()},
+                  {"owned_by", "journey"}, {"max_model_len", state.ctx.max_model_len}};
+    res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}), "application/json");
+  }));
+  http.Post("/v1/completions", state.api([&state](const httplib::Request& q, httplib::Response& r) { state.completions(q, r, false); }));
+  http.Post("/v1/chat/completions", state.api([&state](const httplib::Request& q, httplib::Response& r) { state.completions(q, r, true); }));
+  http.Post("/tokenize", state.api([&state](const httplib::Request& q, httplib::Response& r) { state.tokenize(q, r); }));
+  http.Post("/detokenize", state.api([&state](const httplib::Request& q, httplib::Response& r) { state.detokenize(q, r); }));
+
+  if (!http.bind_to_port(options.host.c_str(), options.port))
+    fail("cannot listen on ", options.host, ":", options.port, " (address in use or not available)");
+
+  // SIGINT/SIGTERM are taken by one thread with sigwait, which then stops the server cleanly.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  std::thread signal_thread([&http, signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig != 0) http.stop();
+  });
+
+  std::string load_error;
+  std::thread loader([&] {
+    try {
+      load(state.parts);
+      state.ctx.served_model_name = options.served_model_name;
+      state.ctx.tokenizer = state.parts.tokenizer.get();
+      state.ctx.chat_template = state.parts.chat_template.get();
+      auto engine = std::make_unique<LLMEngine>(*state.parts.backend, state.parts.engine_config, state.parts.tokenizer.get());
+      state.ctx.max_model_len = engine->max_model_len();
+      state.ctx.eos_ids = state.parts.engine_config.eos_token_ids;
+      std::fprintf(stderr, "journey serve: %s ready on http://%s:%d (%lld KV blocks of %lld tokens, context %lld)\n",
+                   options.served_model_name.c_str(), options.host.c_str(), options.port,
+                   static_cast<long long>(engine->num_kv_blocks()),
+                   static_cast<long long>(state.parts.engine_config.block_size),
+                   static_cast<long long>(engine->max_model_len()));
+      state.loop = std::make_unique<EngineLoop>(std::move(engine), state.metrics);
+      state.ready = true;
+    } catch (const std::exception& e) {
+      load_error = e.what();
+      http.stop();
+    }
+  });
+  std::fprintf(stderr, "journey serve: listening on http://%s:%d, loading %s\n", options.host.c_str(), options.port,
+               state.parts.model_path.empty() ? "the model" : state.parts.model_path.c_str());
+  http.listen_after_bind();
+  loader.join();
+  pthread_kill(signal_thread.native_handle(), SIGTERM);
+  signal_thread.join();
+  state.loop.reset();  // stop the engine thread before the backend goes away
+  if (!load_error.empty()) fail(load_error);
+}
+
+}  // namespace journey::server

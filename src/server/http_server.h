@@ -1,0 +1,41 @@
+// `journey serve`: the OpenAI-compatible HTTP front end. It listens at once (GET /health says 503
+// until the model is loaded), then hands every generation request to the EngineLoop and streams
+// what comes back. Auth (Bearer key, constant-time compare), a per-key rate limit, a body size
+// limit and strict request validation sit in front of the engine.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "engine/llm_engine.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+namespace journey::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;             // empty: no auth
+  std::string served_model_name;   // "id" in /v1/models; requests naming another model get 404
+  int rate_limit_per_minute = 0;   // per API key (or client address); 0 = off
+  size_t max_body_bytes = 1 << 20;
+  int http_threads = 64;           // streaming requests hold a thread each
+};
+
+
+// The pieces the loader fills in (see cmd_serve.cpp).
+struct ServingParts {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<ModelChatTemplate> chat_template;
+  EngineConfig engine_config;
+  std::string model_path;
+};
+
+// Blocks until the process is told to stop (SIGINT/SIGTERM). Throws journey::Error when the
+// address cannot be bound.
+void run_server(const ServerOptions& options, std::function<void(ServingParts&)> load);
+
+}  // namespace journey::server

@@ -1,0 +1,98 @@
+#include "server/metrics.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+namespace journey::server {
+
+namespace {
+std::string number(double v) {
+  std::ostringstream s;
+  s.precision(9);
+  s << v;
+  return s.str();
+}
+void line(std::string& out, const std::string& name, const std::string& type, const std::string& help, double v) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + number(v) + "\n";
+}
+}  // namespace
+
+void Histogram::observe(double value) {
+  size_t i = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin());
+  ++counts_[i];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::write(std::string& out, const std::string& name, const std::string& help) const {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    out += name + "_bucket{le=\"" + number(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(count_) + "\n";
+  out += name + "_sum " + number(sum_) + "\n" + name + "_count " + std::to_string(count_) + "\n";
+}
+
+Metrics::Metrics()
+    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}),
+      itl_({0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5}),
+      e2e_({0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120}) {}
+
+void Metrics::set_engine(const EngineStats& stats) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  engine_ = stats;
+}
+void Metrics::observe_ttft(double s) { std::lock_guard<std::mutex> lock(mutex_); ttft_.observe(s); }
+void Metrics::observe_itl(double s) { std::lock_guard<std::mutex> lock(mutex_); itl_.observe(s); }
+void Metrics::observe_e2e(double s) { std::lock_guard<std::mutex> lock(mutex_); e2e_.observe(s); }
+void Metrics::count_http_error() { std::lock_guard<std::mutex> lock(mutex_); ++http_errors_; }
+void Metrics::count_finished(const char* reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (std::strcmp(reason, "stop") == 0) ++finished_stop_;
+  else if (std::strcmp(reason, "length") == 0) ++finished_length_;
+  else ++finished_abort_;
+}
+EngineStats Metrics::engine() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return engine_;
+}
+
+std::string Metrics::render() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const EngineStats& e = engine_;
+  std::string out;
+  line(out, "journey:num_requests_running", "gauge", "Sequences in the running batch.", e.running);
+  line(out, "journey:num_requests_waiting", "gauge", "Sequences waiting to be admitted.", e.waiting);
+  line(out, "journey:kv_blocks_total", "gauge", "KV cache blocks in the pool.", e.kv.num_blocks);
+  line(out, "journey:kv_blocks_used", "gauge", "KV cache blocks referenced by a sequence.", e.kv.used_blocks);
+  line(out, "journey:kv_blocks_free", "gauge", "KV cache blocks free (including cached prefixes).", e.kv.free_blocks);
+  line(out, "journey:kv_blocks_cached_free", "gauge", "Free blocks still holding a reusable prefix.", e.kv.cached_free_blocks);
+  line(out, "journey:kv_cache_usage_perc", "gauge", "Fraction of KV blocks in use.",
+       e.kv.num_blocks ? double(e.kv.used_blocks) / double(e.kv.num_blocks) : 0.0);
+  line(out, "journey:kv_slots_allocated", "gauge", "Token slots in used blocks.", e.kv.allocated_slots);
+  line(out, "journey:kv_slots_filled", "gauge", "Token slots of used blocks that hold a computed token.", e.kv.filled_slots);
+  line(out, "journey:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", e.kv.prefix_queries);
+  line(out, "journey:prefix_cache_hits_total", "counter", "Prompt tokens served by the prefix cache.", e.kv.prefix_hits);
+  line(out, "journey:prefix_cache_hit_rate", "gauge", "prefix_cache_hits_total / prefix_cache_queries_total.",
+       e.kv.prefix_queries ? double(e.kv.prefix_hits) / double(e.kv.prefix_queries) : 0.0);
+  line(out, "journey:kv_copy_on_writes_total", "counter", "Shared KV blocks copied before a write.", e.kv.copy_on_writes);
+  line(out, "journey:num_preemptions_total", "counter", "Sequences preempted for lack of KV blocks.", e.preemptions);
+  line(out, "journey:prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", e.prompt_tokens_total);
+  line(out, "journey:generation_tokens_total", "counter", "Generated tokens.", e.generation_tokens_total);
+  line(out, "journey:engine_steps_total", "counter", "Engine steps (batched forward passes).", e.steps);
+  out += "# HELP journey:request_success_total Finished requests by finish reason.\n"
+         "# TYPE journey:request_success_total counter\n";
+  out += "journey:request_success_total{finished_reason=\"stop\"} " + std::to_string(finished_stop_) + "\n";
+  out += "journey:request_success_total{finished_reason=\"length\"} " + std::to_string(finished_length_) + "\n";
+  out += "journey:request_success_total{finished_reason=\"abort\"} " + std::to_string(finished_abort_) + "\n";
+  line(out, "journey:http_errors_total", "counter", "Requests answered with an error status.", double(http_errors_));
+  ttft_.write(out, "journey:time_to_first_token_seconds", "Time from arrival to the first generated token.");
+  itl_.write(out, "journey:inter_token_latency_seconds", "Time between consecutive tokens of a request.");
+  e2e_.write(out, "journey:e2e_request_latency_seconds", "Time from arrival to the last token.");
+  return out;
+}
+
+}  // namespace journey::server

@@ -1,0 +1,46 @@
+// Server metrics in the Prometheus text format (GET /metrics). Counters and latency histograms
+// are recorded by the engine thread; gauges are a snapshot of the engine taken after each step.
+#pragma once
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/llm_engine.h"
+
+namespace journey::server {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+  void observe(double value);
+  // "# TYPE name histogram" and the _bucket / _sum / _count lines.
+  void write(std::string& out, const std::string& name, const std::string& help) const;
+
+ private:
+  std::vector<double> bounds_;    // [B] upper bounds, ascending
+  std::vector<uint64_t> counts_;  // [B + 1] per bucket (not cumulative); last = +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  void set_engine(const EngineStats& stats);  // after each step
+  void observe_ttft(double seconds);
+  void observe_itl(double seconds);
+  void observe_e2e(double seconds);
+  void count_finished(const char* reason);    // "stop", "length", "abort"
+  void count_http_error();
+  std::string render() const;
+  EngineStats engine() const;
+
+ private:
+  mutable std::mutex mutex_;
+  EngineStats engine_;
+  Histogram ttft_, itl_, e2e_;
+  uint64_t finished_stop_ = 0, finished_length_ = 0, finished_abort_ = 0, http_errors_ = 0;
+};
+
+}  // namespace journey::server

@@ -1,0 +1,301 @@
+#include "server/openai_api.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "sampling/params.h"
+
+namespace journey::server {
+
+json error_body(const std::string& message, const std::string& type, const std::string& param, const std::string& code) {
+  json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) e["param"] = param;
+  if (!code.empty()) e["code"] = code;
+  return {{"error", e}};
+}
+
+namespace {
+
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
+
+bool get_bool(const json& body, const char* name, bool fallback) {
+  const json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_boolean()) bad(name, cat("'", name, "' must be a boolean, got ", v->type_name()));
+  return v->get<bool>();
+}
+
+int64_t get_int(const json& body, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+  const json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_number_integer())
+    bad(name, cat("'", name, "' must be an integer", v->is_number() ? " within 64 bits" : "", ", got ",
+                  v->is_number() ? v->dump() : v->type_name()));
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    bad(name, cat("'", name, "' must be between ", lo, " and ", hi, ", got ", v->dump()));
+  int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi) bad(name, cat("'", name, "' must be between ", lo, " and ", hi, ", got ", x));
+  return x;
+}
+
+double get_double(const json& body, const char* name, double fallback, double lo, double hi) {
+  const json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_number()) bad(name, cat("'", name, "' must be a number, got ", v->type_name()));
+  double x = v->get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi) bad(name, cat("'", name, "' must be between ", lo, " and ", hi, ", got ", v->dump()));
+  return x;
+}
+
+void check_model(const json& body, const ModelContext& ctx) {
+  const json* v = field(body, "model");
+  if (!v) return;
+  if (!v->is_string()) bad("model", cat("'model' must be a string, got ", v->type_name()));
+  if (v->get<std::string>() != ctx.served_model_name)
+    throw ApiError(404, cat("The model '", v->get<std::string>(), "' does not exist; this server serves '",
+                            ctx.served_model_name, "'"),
+                   "model", "invalid_request_error", "model_not_found");
+}
+
+std::vector<std::string> get_stop(const json& body) {
+  const json* v = field(body, "stop");
+  std::vector<std::string> stops;
+  if (!v) return stops;
+  if (v->is_string()) {
+    stops.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    if (v->size() > 16) bad("stop", cat("'stop' may hold at most 16 strings, got ", v->size()));
+    for (const json& s : *v) {
+      if (!s.is_string()) bad("stop", cat("'stop' must be a string or a list of strings; found a ", s.type_name()));
+      stops.push_back(s.get<std::string>());
+    }
+  } else {
+    bad("stop", cat("'stop' must be a string or a list of strings, got ", v->type_name()));
+  }
+  for (const std::string& s : stops)
+    if (s.empty()) bad("stop", "stop strings must not be empty");
+  return stops;
+}
+
+// Fields common to both endpoints. max_tokens_default < 0: "the rest of the context".
+ApiRequest parse_common(const json& body, const ModelContext& ctx, std::vector<int32_t> prompt, int64_t max_tokens) {
+  ApiRequest req;
+  req.n = static_cast<int>(get_int(body, "n", 1, 1, 16));
+  req.stream = get_bool(body, "stream", false);
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) bad("stream_options", cat("'stream_options' must be an object, got ", so->type_name()));
+    if (!req.stream) bad("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    req.include_usage = get_bool(*so, "include_usage", false);
+  }
+  SamplingParams p;
+  p.temperature = get_double(body, "temperature", 1.0, 0.0, 2.0);
+  p.top_p = get_double(body, "top_p", 1.0, 0.0, 1.0);
+  if (p.top_p <= 0.0) bad("top_p", cat("'top_p' must be in (0, 1], got ", p.top_p));
+  p.top_k = static_cast<int>(get_int(body, "top_k", 0, -1, 1 << 30));
+  p.min_p = get_double(body, "min_p", 0.0, 0.0, 1.0);
+  p.frequency_penalty = get_double(body, "frequency_penalty", 0.0, -2.0, 2.0);
+  p.presence_penalty = get_double(body, "presence_penalty", 0.0, -2.0, 2.0);
+  p.repetition_penalty = get_double(body, "repetition_penalty", 1.0, 0.01, 10.0);
+  if (field(body, "seed")) p.seed = static_cast<uint64_t>(get_int(body, "seed", 0, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+  std::vector<std::string> stops = get_stop(body);
+  bool ignore_eos = get_bool(body, "ignore_eos", false);
+  if (prompt.empty()) bad("prompt", "the prompt is empty (it encodes to no tokens)");
+  int64_t prompt_len = static_cast<int64_t>(prompt.size());
+  if (prompt_len >= ctx.max_model_len)
+    bad(req.chat ? "messages" : "prompt", cat("the prompt has ", prompt_len, " tokens but the model's context is ",
+                                              ctx.max_model_len, " tokens (at least one must be left to generate)"));
+  if (max_tokens < 0) max_tokens = ctx.max_model_len - prompt_len;
+  if (prompt_len + max_tokens > ctx.max_model_len)
+    bad("max_tokens", cat("max_tokens (", max_tokens, ") + the prompt (", prompt_len, " tokens) = ", prompt_len + max_tokens,
+                          " exceeds the model's context of ", ctx.max_model_len, " tokens"));
+  for (int i = 0; i < req.n; ++i) {
+    EngineRequest r;
+    r.prompt = prompt;
+    r.params = p;
+    if (p.seed) r.params.seed = *p.seed + static_cast<uint64_t>(i);  // n choices must differ, reproducibly
+    r.max_tokens = max_tokens;
+    r.stop = stops;
+    r.ignore_eos = ignore_eos;
+    try {
+      validate(r.params);
+    } catch (const Error& e) {
+      bad("", e.what());
+    }
+    req.sequences.push_back(std::move(r));
+  }
+  return req;
+}
+
+std::vector<int32_t> prompt_ids(const json& v, const ModelContext& ctx, std::string& text) {
+  if (v.is_string()) {
+    text = v.get<std::string>();
+    return encode_text(text, ctx);
+  }
+  if (v.is_array() && v.size() == 1 && v[0].is_string()) return prompt_ids(v[0], ctx, text);
+  if (v.is_array() && v.size() == 1 && v[0].is_array()) return prompt_ids(v[0], ctx, text);
+  if (v.is_array()) {
+    std::vector<int32_t> ids;
+    for (const json& t : v) {
+      if (!t.is_number_integer()) bad("prompt", "'prompt' must be a string, a list of one string, or a list of token ids");
+      int64_t id = t.get<int64_t>();
+      if (id < 0 || id >= ctx.tokenizer->vocab_size())
+        bad("prompt", cat("token id ", id, " in 'prompt' is outside the vocabulary [0, ", ctx.tokenizer->vocab_size(), ")"));
+      ids.push_back(static_cast<int32_t>(id));
+    }
+    text = ctx.tokenizer->decode(std::vector<int>(ids.begin(), ids.end()));
+    return ids;
+  }
+  bad("prompt", cat("'prompt' must be a string or a list of token ids, got ", v.type_name()));
+}
+
+}  // namespace
+
+std::vector<int32_t> encode_text(const std::string& text, const ModelContext& ctx) {
+  std::vector<int> ids = ctx.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/false);
+  return {ids.begin(), ids.end()};
+}
+
+std::vector<int32_t> encode_chat(const json& messages, const ModelContext& ctx) {
+  if (!messages.is_array()) bad("messages", cat("'messages' must be an array, got ", messages.type_name()));
+  if (messages.empty()) bad("messages", "'messages' must hold at least one message");
+  ChatTemplateInputs inputs;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& m = messages[i];
+    std::string where = cat("messages[", i, "]");
+    if (!m.is_object()) bad(where, cat(where, " must be an object, got ", m.type_name()));
+    const json* role = field(m, "role");
+    if (!role || !role->is_string()) bad(where + ".role", cat(where, ".role must be a string"));
+    std::string r = role->get<std::string>();
+    if (r != "system" && r != "user" && r != "assistant" && r != "developer" && r != "tool")
+      bad(where + ".role", cat(where, ".role must be one of system, user, assistant, developer, tool; got '", r, "'"));
+    if (r == "developer") r = "system";
+    const json* content = field(m, "content");
+    std::string text;
+    if (content && content->is_string()) {
+      text = content->get<std::string>();
+    } else if (content && content->is_array()) {
+      for (const json& part : *content) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+          bad(where + ".content", cat(where, ".content parts must be {\"type\": \"text\", \"text\": string}"));
+        text += part["text"].get<std::string>();
+      }
+    } else if (!(content == nullptr && r == "assistant")) {
+      bad(where + ".content", cat(where, ".content must be a string or a list of text parts"));
+    }
+    inputs.messages.push_back({r, text});
+  }
+  inputs.add_generation_prompt = true;
+  inputs.bos_token = ctx.chat_template->bos_token;
+  inputs.eos_token = ctx.chat_template->eos_token;
+  std::string rendered;
+  try {
+    rendered = ctx.chat_template->chat_template->render(inputs);
+  } catch (const Error& e) {
+    bad("messages", cat("the chat template failed: ", e.what()));
+  }
+  bool has_bos = !inputs.bos_token.empty() && rendered.find(inputs.bos_token) != std::string::npos;
+  std::vector<int> ids = ctx.tokenizer->encode(rendered, /*add_special=*/!has_bos, /*parse_special=*/true);
+  return {ids.begin(), ids.end()};
+}
+
+ApiRequest parse_completion_request(const json& body, const ModelContext& ctx) {
+  if (!body.is_object()) bad("", cat("the request body must be a JSON object, got ", body.type_name()));
+  check_model(body, ctx);
+  const json* prompt = field(body, "prompt");
+  if (!prompt) bad("prompt", "'prompt' is required");
+  std::string text;
+  std::vector<int32_t> ids = prompt_ids(*prompt, ctx, text);
+  int top = 0;
+  bool want_logprobs = false;
+  if (field(body, "logprobs")) {
+    top = static_cast<int>(get_int(body, "logprobs", 0, 0, kMaxLogprobs));
+    want_logprobs = true;
+  }
+  int64_t max_tokens = get_int(body, "max_tokens", 16, 1, std::numeric_limits<int64_t>::max());
+  ApiRequest req = parse_common(body, ctx, std::move(ids), max_tokens);
+  req.logprobs = want_logprobs;
+  req.top_logprobs = top;
+  for (EngineRequest& r : req.sequences) r.params.logprobs = top;
+  req.echo = get_bool(body, "echo", false);
+  req.prompt_text = text;
+  return req;
+}
+
+ApiRequest parse_chat_request(const json& body, const ModelContext& ctx) {
+  if (!body.is_object()) bad("", cat("the request body must be a JSON object, got ", body.type_name()));
+  check_model(body, ctx);
+  const json* messages = field(body, "messages");
+  if (!messages) bad("messages", "'messages' is required");
+  std::vector<int32_t> ids = encode_chat(*messages, ctx);
+  bool want_logprobs = get_bool(body, "logprobs", false);
+  int top = static_cast<int>(get_int(body, "top_logprobs", 0, 0, kMaxLogprobs));
+  if (top > 0 && !want_logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  int64_t max_tokens = -1;
+  if (field(body, "max_completion_tokens"))
+    max_tokens = get_int(body, "max_completion_tokens", 0, 1, std::numeric_limits<int64_t>::max());
+  if (field(body, "max_tokens")) max_tokens = get_int(body, "max_tokens", 0, 1, std::numeric_limits<int64_t>::max());
+  ApiRequest req = parse_common(body, ctx, std::move(ids), max_tokens);
+  req.chat = true;
+  req.logprobs = want_logprobs;
+  req.top_logprobs = top;
+  for (EngineRequest& r : req.sequences) r.params.logprobs = top;
+  return req;
+}
+
+std::string token_text(const ModelContext& ctx, int32_t id, int32_t previous) {
+  return ctx.tokenizer->token_bytes(id, previous, /*skip_special=*/false);
+}
+
+namespace {
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+}  // namespace
+
+json logprobs_json(const ApiRequest& req, const ModelContext& ctx, const std::vector<SampledToken>& tokens,
+                   int32_t previous, size_t text_offset) {
+  if (req.chat) {
+    json content = json::array();
+    for (const SampledToken& t : tokens) {
+      std::string s = token_text(ctx, t.id, previous);
+      json top = json::array();
+      for (const TokenLogprob& alt : t.top) {
+        std::string a = token_text(ctx, alt.id, previous);
+        top.push_back({{"token", a}, {"logprob", alt.logprob}, {"bytes", bytes_of(a)}});
+      }
+      content.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
+      previous = t.id;
+    }
+    return {{"content", content}};
+  }
+  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (const SampledToken& t : tokens) {
+    std::string s = token_text(ctx, t.id, previous);
+    out["tokens"].push_back(s);
+    out["token_logprobs"].push_back(t.logprob);
+    json top = json::object();
+    for (const TokenLogprob& alt : t.top) top[token_text(ctx, alt.id, previous)] = alt.logprob;
+    out["top_logprobs"].push_back(top);
+    out["text_offset"].push_back(text_offset);
+    text_offset += s.size();
+    previous = t.id;
+  }
+  return out;
+}
+
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+}  // namespace journey::server

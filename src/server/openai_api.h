@@ -1,0 +1,76 @@
+// The OpenAI wire format: request bodies of /v1/completions and /v1/chat/completions turned into
+// engine requests (every field checked: type, range, size), and engine outputs turned back into
+// response objects and stream chunks. No I/O here; http_server.cpp moves the bytes.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/llm_engine.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+namespace journey::server {
+
+using nlohmann::json;
+
+// An error answered with OpenAI's {"error": {"message", "type", "param", "code"}} body.
+struct ApiError : std::runtime_error {
+  int status;
+  std::string type, param, code;
+  ApiError(int status_, std::string message, std::string param_ = "", std::string type_ = "invalid_request_error",
+           std::string code_ = "")
+      : std::runtime_error(std::move(message)), status(status_), type(std::move(type_)), param(std::move(param_)),
+        code(std::move(code_)) {}
+};
+json error_body(const std::string& message, const std::string& type, const std::string& param, const std::string& code);
+
+struct ModelContext {
+  std::string served_model_name;
+  const Tokenizer* tokenizer = nullptr;
+  const ModelChatTemplate* chat_template = nullptr;
+  int64_t max_model_len = 0;
+  std::vector<int32_t> eos_ids;
+};
+
+// One parsed API request: what to run (n engine requests) and how to answer.
+struct ApiRequest {
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;      // return logprobs of the chosen tokens
+  int top_logprobs = 0;       // alternatives per token
+  bool echo = false;          // completions: prompt text before the completion
+  std::string prompt_text;    // completions: for echo
+  int n = 1;
+  std::vector<EngineRequest> sequences;  // [n]
+};
+
+ApiRequest parse_completion_request(const json& body, const ModelContext& ctx);
+ApiRequest parse_chat_request(const json& body, const ModelContext& ctx);
+
+// The prompt token ids of a chat conversation (template applied) or plain text (with BOS).
+std::vector<int32_t> encode_chat(const json& messages, const ModelContext& ctx);
+std::vector<int32_t> encode_text(const std::string& text, const ModelContext& ctx);
+
+// Per choice, what the HTTP handler accumulates for the final response.
+struct ChoiceState {
+  std::string text;
+  std::vector<SampledToken> tokens;
+  std::string finish_reason;  // "" until finished
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+// The token's text for logprobs ("tokens" / "token"), given the previous token.
+std::string token_text(const ModelContext& ctx, int32_t id, int32_t previous);
+// The logprobs object of a run of tokens, in the chat or the completions shape.
+json logprobs_json(const ApiRequest& req, const ModelContext& ctx, const std::vector<SampledToken>& tokens,
+                   int32_t previous, size_t text_offset);
+
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+
+}  // namespace journey::server
