@@ -19,7 +19,7 @@ const SamplingParams& validated(const SamplingParams& params) {
   return params;
 }
 
-TraceTensor vector_tensor(const std::vector<float>& values) {
+[[maybe_unused]] TraceTensor vector_tensor(const std::vector<float>& values) {
   return TraceTensor{values, {static_cast<int64_t>(values.size())}};
 }
 
@@ -61,10 +61,12 @@ SampledToken Sampler::sample(std::span<const float> logits, TraceSink* sink) {
 
   chosen.logprob = raw_logprobs[chosen.id];
   for (int32_t id : top_n_ids(raw_logprobs, params_.logprobs)) chosen.top.push_back({id, raw_logprobs[id]});
+#if JOURNEY_TRACE_HOOKS
   if (sink != nullptr && sink->wants(Stage::sampled, -1)) {
     int32_t id = chosen.id;
     sink->record_ints(Stage::sampled, -1, std::span<const int32_t>(&id, 1), {1});
   }
+#endif
 
   seen_.insert(chosen.id);
   ++output_counts_[chosen.id];
