@@ -30,7 +30,9 @@ static std::vector<int32_t> traced_run(const LoadedModel& model, const std::vect
   auto backend = make_cpu_backend(model, CpuOptions{.threads = 1, .debug_rope_position_offset = rope_bug});
   backend->allocate_kv_cache(/*num_blocks=*/4, /*block_size=*/4);
   DumpSink sink(dir);
-  Sampler sampler(SamplingParams{.temperature = 0.0}, prompt);  // greedy
+  SamplingParams greedy;
+  greedy.temperature = 0.0;  // argmax
+  Sampler sampler(greedy, prompt);
 
   std::vector<int64_t> positions(prompt.size());  // [T]
   for (size_t i = 0; i < prompt.size(); ++i) positions[i] = int64_t(i);
