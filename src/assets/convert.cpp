@@ -124,6 +124,8 @@ std::vector<fs::path> convert_llama2c_to_hf(const ConvertLlama2cOptions& opt) {
 
   if (opt.tokenizer_model) {
     fs::copy_file(*opt.tokenizer_model, opt.out_dir / "tokenizer.model", fs::copy_options::overwrite_existing);
+    // copy_file keeps the source's mode; a read-only source must not make the output read-only.
+    fs::permissions(opt.out_dir / "tokenizer.model", fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add);
     written.push_back(opt.out_dir / "tokenizer.model");
     ordered_json tok = {
         {"tokenizer_class", "LlamaTokenizer"},

@@ -346,7 +346,12 @@ ModelConfig gguf_model_config(const GgufFile& gguf) {
   c.rope_layout = RopeLayout::Interleaved;
   if (gguf.has("tokenizer.ggml.bos_token_id")) c.bos_token_id = int(gguf.get_int("tokenizer.ggml.bos_token_id"));
   if (gguf.has("tokenizer.ggml.eos_token_id")) c.eos_token_ids = {int(gguf.get_int("tokenizer.ggml.eos_token_id"))};
-  if (gguf.has("general.file_type")) c.torch_dtype = cat("gguf file_type ", gguf.get_int("general.file_type"));
+  if (gguf.has("general.file_type")) {
+    // llama_ftype numbers (llama.h) of the types journey reads.
+    const int64_t ft = gguf.get_int("general.file_type");
+    c.torch_dtype = ft == 0 ? "all f32" : ft == 1 ? "mostly f16" : ft == 2 ? "mostly q4_0" : ft == 7 ? "mostly q8_0"
+                  : ft == 32 ? "mostly bf16" : cat("gguf file_type ", ft);
+  }
   return c;
 }
 

@@ -25,6 +25,8 @@ InspectReport inspect_model(const std::filesystem::path& path) {
     return ra != rb ? ra < rb : a.name < b.name;
   });
 
+  if (r.config.tie_word_embeddings && !model.weights.has("lm_head.weight"))
+    r.notes.push_back("the LM head is tied: it reuses model.embed_tokens.weight (no lm_head.weight stored)");
   for (const auto& t : r.tensors) {
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;

@@ -1,8 +1,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "assets/gguf.h"
+#include "assets/model.h"
 #include "core/error.h"
 #include "test_util.h"
 
@@ -122,4 +124,40 @@ TEST_CASE("gguf: damaged copies fail with a message naming the problem") {
 
   write_bytes(dir / "empty.gguf", {});
   CHECK(error_of([&] { GgufFile::open(dir / "empty.gguf"); }).find("truncated while reading magic") != std::string::npos);
+}
+
+TEST_CASE("gguf: vocab-only files of llama.cpp's tokenizer tests (no tensors)") {
+  // The tokenizer tests keep these xz-compressed; unpack into the scratch dir with the xz tool.
+  const fs::path dir = scratch_dir("gguf-vocab");
+  for (const std::string name : {"ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf"}) {
+    const fs::path xz = data_path("tests/data/tokenizers/llamacpp-vocab/" + name + ".xz");
+    if (!fs::exists(xz)) {
+      MESSAGE("skipping " << name << ": " << xz << " not present");
+      continue;
+    }
+    const std::string command = cat("xz -dc '", xz.string(), "' > '", (dir / name).string(), "'");
+    REQUIRE(std::system(command.c_str()) == 0);
+  }
+  if (fs::exists(dir / "ggml-vocab-llama-spm.gguf")) {
+    const GgufFile spm = GgufFile::open(dir / "ggml-vocab-llama-spm.gguf");
+    CHECK(spm.version() == 3);
+    CHECK(spm.tensors().empty());
+    CHECK(spm.get_string("tokenizer.ggml.model") == "llama");
+    CHECK(spm.get_string_array("tokenizer.ggml.tokens").size() == 32000);
+    CHECK(spm.get_bool("tokenizer.ggml.add_bos_token") == true);
+    CHECK(error_of([&] { load_model(dir / "ggml-vocab-llama-spm.gguf"); }).find("holds no tensors (vocab-only file?)") != std::string::npos);
+    // Same vocabulary as the tiny model (its provenance says so).
+    const GgufFile tiny = GgufFile::open(kTinyGguf);
+    CHECK(spm.get_string_array("tokenizer.ggml.tokens") == tiny.get_string_array("tokenizer.ggml.tokens"));
+    CHECK(spm.get_float_array("tokenizer.ggml.scores") == tiny.get_float_array("tokenizer.ggml.scores"));
+  }
+  if (fs::exists(dir / "ggml-vocab-gpt-2.gguf")) {
+    const GgufFile gpt2 = GgufFile::open(dir / "ggml-vocab-gpt-2.gguf");
+    CHECK(gpt2.get_string("tokenizer.ggml.model") == "gpt2");
+    CHECK(gpt2.get_string("tokenizer.ggml.pre") == "gpt-2");
+    CHECK(gpt2.get_string_array("tokenizer.ggml.tokens").size() == 50257);
+    CHECK(gpt2.get_string_array("tokenizer.ggml.merges").size() == 50000);
+    CHECK(gpt2.get_int("tokenizer.ggml.bos_token_id") == 50256);
+    CHECK(gpt2.get_int("tokenizer.ggml.eos_token_id") == 50256);
+  }
 }
