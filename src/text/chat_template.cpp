@@ -208,7 +208,8 @@ ModelChatTemplate load_chat_template(const std::filesystem::path& path) {
     result.chat_template = make_jinja_template(read_text_file(path), path.string());
     return result;
   }
-  if (path.filename() == "tokenizer_config.json") return from_tokenizer_config(path, fs::path());
+  // A tokenizer_config.json (under any name: "qwen2.5.tokenizer_config.json" ...).
+  if (extension == ".json") return from_tokenizer_config(path, fs::path());
   // A single-file checkpoint without a template (llama2.c .bin): the plain format.
   ModelChatTemplate result;
   result.chat_template = make_builtin_template("plain");
