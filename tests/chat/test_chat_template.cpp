@@ -119,3 +119,71 @@ TEST_CASE("load_chat_template: list of named templates, AddedToken objects, chat
 
 }  // namespace
 }  // namespace journey
+
+namespace journey {
+namespace {
+
+// A minimal GGUF v3 file (metadata only, no tensors), written byte by byte per the GGUF spec.
+struct GgufWriter {
+  std::string bytes = std::string("GGUF", 4);
+  template <typename T>
+  void put(T v) { bytes.append(reinterpret_cast<const char*>(&v), sizeof v); }
+  void put_string(const std::string& s) {
+    put<std::uint64_t>(s.size());
+    bytes += s;
+  }
+  void kv_string(const std::string& key, const std::string& value) {
+    put_string(key);
+    put<std::uint32_t>(8);  // GGUF_TYPE_STRING
+    put_string(value);
+  }
+  void kv_u32(const std::string& key, std::uint32_t value) {
+    put_string(key);
+    put<std::uint32_t>(4);  // GGUF_TYPE_UINT32
+    put<std::uint32_t>(value);
+  }
+  void kv_string_array(const std::string& key, const std::vector<std::string>& values) {
+    put_string(key);
+    put<std::uint32_t>(9);  // GGUF_TYPE_ARRAY
+    put<std::uint32_t>(8);
+    put<std::uint64_t>(values.size());
+    for (const auto& v : values) put_string(v);
+  }
+};
+
+std::filesystem::path write_gguf(const std::filesystem::path& dir, bool with_template) {
+  GgufWriter w;
+  w.put<std::uint32_t>(3);                          // version
+  w.put<std::uint64_t>(0);                          // tensor count
+  w.put<std::uint64_t>(with_template ? 5 : 4);      // metadata count
+  w.kv_string("general.architecture", "llama");
+  w.kv_string_array("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "hi"});
+  w.kv_u32("tokenizer.ggml.bos_token_id", 1);
+  w.kv_u32("tokenizer.ggml.eos_token_id", 2);
+  if (with_template)
+    w.kv_string("tokenizer.chat_template",
+                "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}{{ eos_token }}");
+  while (w.bytes.size() % 32) w.bytes += '\0';  // data section alignment
+  auto path = dir / (with_template ? "with-template.gguf" : "no-template.gguf");
+  std::ofstream(path, std::ios::binary) << w.bytes;
+  return path;
+}
+
+TEST_CASE("load_chat_template reads tokenizer.chat_template and BOS/EOS from GGUF metadata") {
+  TempDir dir;
+  auto loaded = load_chat_template(write_gguf(dir.path, true));
+  CHECK(loaded.bos_token == "<s>");
+  CHECK(loaded.eos_token == "</s>");
+  ChatTemplateInputs inputs;
+  inputs.messages = {{"user", "Hi"}};
+  inputs.bos_token = loaded.bos_token;
+  inputs.eos_token = loaded.eos_token;
+  CHECK(loaded.chat_template->render(inputs) == "<s>[user]Hi</s>");
+
+  auto plain = load_chat_template(write_gguf(dir.path, false));
+  CHECK(plain.chat_template->name() == "builtin:plain");
+  CHECK(plain.bos_token == "<s>");
+}
+
+}  // namespace
+}  // namespace journey
