@@ -175,6 +175,8 @@ class Lexer {
         case 'x': {
           std::size_t digits = e == 'u' ? 4 : 2;
           if (pos + digits > src_.size()) error_at(pos, "truncated escape in string literal");
+          for (std::size_t k = 0; k < digits; ++k)
+            if (!std::isxdigit(static_cast<unsigned char>(src_[pos + k]))) error_at(pos, "invalid \\u or \\x escape in string literal");
           char32_t cp = static_cast<char32_t>(std::stoul(src_.substr(pos, digits), nullptr, 16));
           pos += digits;
           append_utf8(out, cp);

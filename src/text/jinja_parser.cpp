@@ -320,8 +320,14 @@ class Parser {
         while (peek().kind == TokenKind::String) text += next().text;  // "a" "b" concatenates
         return literal(token, Value(text));
       }
-      case TokenKind::Int: return literal(token, Value(static_cast<std::int64_t>(std::stoll(token.text))));
-      case TokenKind::Float: return literal(token, Value(std::stod(token.text)));
+      case TokenKind::Int:
+      case TokenKind::Float:
+        try {
+          if (token.kind == TokenKind::Int) return literal(token, Value(static_cast<std::int64_t>(std::stoll(token.text))));
+          return literal(token, Value(std::stod(token.text)));
+        } catch (const std::exception&) {
+          error(token, cat("number ", token.text, " is out of range"));
+        }
       case TokenKind::Operator:
         if (token.text == "(") {
           if (accept_operator(")")) return make(Node::Kind::ListLiteral, token);

@@ -134,3 +134,47 @@ TEST_CASE("expressions, filters and methods behave like Python/Jinja2") {
 
 }  // namespace
 }  // namespace journey
+
+#include <fstream>
+#include <sstream>
+
+namespace journey {
+namespace {
+
+// Bad input must give journey::Error, never a crash or another exception type: parse and render
+// every prefix of real templates (unclosed tags, cut strings, half expressions) and some oddities.
+TEST_CASE("every prefix of real templates fails cleanly or renders") {
+  const char* files[] = {"hf-qwen3.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja",
+                         "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "google-gemma-2-2b-it.jinja"};
+  jinja::Value context = jinja::default_globals(0);
+  context.set("messages", jinja::Value(jinja::ValueList{jinja::Value::dict({{"role", "user"}, {"content", "Hi"}})}));
+  int rendered = 0, rejected = 0;
+  for (const char* file : files) {
+    std::ifstream in(std::string(JOURNEY_SOURCE_DIR) + "/tests/data/chat-templates/templates/" + file);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string source = text.str();
+    REQUIRE(!source.empty());
+    for (std::size_t n = 0; n <= source.size(); ++n) {
+      try {
+        jinja::Template::parse(source.substr(0, n), file).render(context);
+        ++rendered;
+      } catch (const Error&) {
+        ++rejected;
+      }
+    }
+  }
+  CHECK(rendered > 0);
+  CHECK(rejected > 0);
+  for (const char* odd : {"{{ 99999999999999999999999 }}", "{{ '\\uZZZZ' }}", "{{ 'abc", "{{ [1, 2 }}", "{{ ) }}",
+                          "{% for %}", "{% set %}", "{{ x[::0] }}", "{{ 1 // 0 }}", "{{ 'a' * 99999999999 }}",
+                          "{{ range(99999999999) }}", "{% endfor %}", "{{ {'a': 1}['a']['b'] }}"}) {
+    try {
+      jinja::Template::parse(odd, "odd.jinja").render(jinja::default_globals(0));
+    } catch (const Error&) {
+    }
+  }
+}
+
+}  // namespace
+}  // namespace journey
