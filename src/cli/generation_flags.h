@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "assets/model.h"
+#include "cli/backend_select.h"
 #include "cli/commands.h"
 #include "engine/backend.h"
 #include "engine/generate.h"
@@ -29,6 +30,7 @@ struct GenerationFlags {
   std::string model = default_model_path();
   std::string tokenizer;  // empty = the model path
   int threads = 0;
+  std::string device = "cpu";  // cpu | cuda | cuda:bf16 | cuda:f16 | cuda:f32
   int64_t max_tokens = 256;
   double temperature = 0.8, top_p = 0.95, min_p = 0.05;
   int top_k = 40;
@@ -49,6 +51,7 @@ inline void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
   cmd->add_option("--model", f.model, "model directory or file (default: the shipped stories260K)");
   cmd->add_option("--tokenizer", f.tokenizer, "tokenizer path, if not with the model (e.g. llama2.c tokenizer.bin)");
   cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--device", f.device, device_flag_help())->capture_default_str();
   cmd->add_option("--max-tokens", f.max_tokens, "most tokens to generate")->capture_default_str();
   f.temperature_opt = cmd->add_option("--temperature", f.temperature, "0 = greedy")->capture_default_str();
   f.top_k_opt = cmd->add_option("--top-k", f.top_k, "keep the k most likely tokens (0 = off)")->capture_default_str();
@@ -95,7 +98,7 @@ inline ModelSession open_model(const GenerationFlags& f) {
   ModelSession s;
   s.model = load_model(f.model);
   s.tokenizer = load_tokenizer(f.tokenizer.empty() ? s.model.path : std::filesystem::path(f.tokenizer));
-  s.backend = make_cpu_backend(s.model, CpuOptions{.threads = f.threads});
+  s.backend = make_backend(s.model, f.device, f.threads);
   s.stop.eos_ids = collect_eos_ids(s.model.generation, s.model.config, *s.tokenizer);
   s.stop.stop_strings = f.stop;
   s.stop.max_tokens = f.max_tokens;
