@@ -172,7 +172,7 @@ std::vector<std::string> Builder::tensor_lines(const ManifestTensor& t) const {
     std::string top = "top:";
     for (const auto& [index, value] : s.top) top += cat(" ", clip(dump_.piece(int32_t(index)), 10), " ", num(value));
     lines.push_back(top);
-    if (t.stage.rfind("probs", 0) == 0) {
+    if (t.stage.rfind("probs", 0) == 0 && t.stage != "probs_penalized") {  // penalized: still logits
       int64_t nonzero = 0;
       for (float v : dump_.array(t).f32) nonzero += v > 0;
       lines.push_back(cat(nonzero, " tokens with p > 0"));
@@ -356,7 +356,7 @@ void Builder::build() {
     const std::string stage(info.name);
     if (stage.rfind("probs", 0) != 0) continue;
     if (severity(mark_of(stage)) > severity(sampling_mark)) sampling_mark = mark_of(stage);
-    if (const ManifestTensor* t = dump_.entry(stage, -1, step)) {
+    if (const ManifestTensor* t = dump_.entry(stage, -1, step); t && stage != "probs_penalized") {
       int64_t nonzero = 0;
       for (float p : dump_.array(*t).f32) nonzero += p > 0;
       sampling_lines.push_back(cat(stage, ": ", nonzero, " tokens with p > 0"));

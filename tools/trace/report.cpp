@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "journey_graph.h"
+#include "trace/compare.h"
 #include "trace/stages.h"
 
 namespace journey::tracer {
@@ -45,7 +46,7 @@ json attention_data(const Dump& dump, const ReportOptions& options) {
     for (auto* e : entries) cols = std::max(cols, e->shape[2]);
     cols = std::min<int64_t>(cols, options.max_positions);
     json rows = json::array();
-    std::vector<std::vector<double>> per_head(size_t(heads));  // [heads][rows * cols]
+    std::vector<std::vector<double>> per_head(static_cast<size_t>(heads));  // [heads][rows * cols]
     bool truncated = false;
     for (auto* e : entries) {
       if (e->shape[0] != heads || e->heads != entries.front()->heads) continue;  // cannot line up
