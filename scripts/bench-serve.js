@@ -1,11 +1,18 @@
 #!/usr/bin/env node
-// Load test for a running `journey serve`: N concurrent streaming completions with varied prompt
-// and output lengths. Reports output tokens/s, requests/s, TTFT and inter-token latency P50/P99,
-// checks that every request finished with the tokens it asked for, and that afterwards every KV
-// block is free (GET /metrics). Also samples KV slot use under load (filled / allocated slots).
+// Load test for a running `journey serve`, in two phases in the same run so that their ratio means
+// something: first --single-requests requests one at a time (the single-stream decode rate), then
+// --requests requests with --concurrency in flight (continuous batching). Every request streams a
+// completion with a varied prompt and asks for a given number of tokens (ignore_eos). Reports per
+// phase output tokens/s, requests/s, TTFT and inter-token latency P50/P99, then the ratio of the
+// batched to the single-stream output rate. Checks that every request got all its tokens and that
+// afterwards every KV block is free (GET /metrics); samples KV slot use under load
+// (filled / allocated slots of used blocks) and reads the engine's step histograms (tokens per
+// step, seconds per step) from /metrics for each phase.
 //
 //   node scripts/bench-serve.js --url http://127.0.0.1:8000 --key KEY --model NAME \
-//        --requests 32 --concurrency 16 --min-out 32 --max-out 128 [--seed 1]
+//        --single-requests 4 --requests 32 --concurrency 16 --min-out 32 --max-out 128 [--seed 1]
+//
+// Single-stream requests all ask for --max-out tokens. --single-requests 0 skips that phase.
 const args = Object.fromEntries(process.argv.slice(2).reduce((acc, a, i, all) => {
   if (a.startsWith('--')) acc.push([a.slice(2), all[i + 1]]);
   return acc;
@@ -15,6 +22,7 @@ const key = args.key ?? process.env.JOURNEY_API_KEY ?? '';
 const model = args.model;
 const total = Number(args.requests ?? 32);
 const concurrency = Number(args.concurrency ?? 16);
+const singleRequests = Number(args['single-requests'] ?? 4);
 const minOut = Number(args['min-out'] ?? 32), maxOut = Number(args['max-out'] ?? 128);
 let seed = Number(args.seed ?? 1);
 const rand = () => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed / 2147483648; };
@@ -24,13 +32,15 @@ const metrics = async () => {
   const text = await (await fetch(`${url}/metrics`)).text();
   const get = (n) => Number((text.split('\n').find((l) => l.startsWith(n + ' ')) ?? 'x NaN').split(' ')[1]);
   return { used: get('journey:kv_blocks_used'), allocated: get('journey:kv_slots_allocated'), filled: get('journey:kv_slots_filled'),
-           preemptions: get('journey:num_preemptions_total'), running: get('journey:num_requests_running') };
+           preemptions: get('journey:num_preemptions_total'), running: get('journey:num_requests_running'),
+           steps: get('journey:engine_step_seconds_count'), stepSeconds: get('journey:engine_step_seconds_sum'),
+           sampled: get('journey:engine_step_sampled_tokens_sum') };
 };
 
-async function one(i) {
+async function one(i, fixedOut) {
   const promptWords = 4 + Math.floor(rand() * 60);
   const prompt = Array.from({ length: promptWords }, () => words[Math.floor(rand() * words.length)]).join(' ');
-  const maxTokens = minOut + Math.floor(rand() * (maxOut - minOut + 1));
+  const maxTokens = fixedOut ?? minOut + Math.floor(rand() * (maxOut - minOut + 1));
   const start = performance.now();
   const res = await fetch(`${url}/v1/completions`, {
     method: 'POST',
@@ -62,29 +72,48 @@ async function one(i) {
 
 const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s.length ? s[Math.min(s.length - 1, Math.floor(p / 100 * s.length))] : NaN; };
 
-const results = [];
-let next = 0;
-const slotSamples = [];
-const sampler = setInterval(async () => {
-  try { const m = await metrics(); if (m.allocated > 0) slotSamples.push(m.filled / m.allocated); } catch {}
-}, 250);
-const t0 = performance.now();
-await Promise.all(Array.from({ length: Math.min(concurrency, total) }, async () => {
-  while (next < total) results.push(await one(next++));
-}));
-const seconds = (performance.now() - t0) / 1000;
-clearInterval(sampler);
-await new Promise((r) => setTimeout(r, 300));
-const after = await metrics();
-const outTokens = results.reduce((a, r) => a + r.tokens, 0);
-const itl = results.flatMap((r) => r.itl);
-const report = {
-  requests: results.length, concurrency, seconds: +seconds.toFixed(2), output_tokens: outTokens,
-  output_tokens_per_s: +(outTokens / seconds).toFixed(2), requests_per_s: +(results.length / seconds).toFixed(3),
-  ttft_ms: { p50: +pct(results.map((r) => r.ttft), 50).toFixed(1), p99: +pct(results.map((r) => r.ttft), 99).toFixed(1) },
-  itl_ms: { p50: +pct(itl, 50).toFixed(1), p99: +pct(itl, 99).toFixed(1) },
-  kv_slot_fill_under_load: slotSamples.length ? +(slotSamples.reduce((a, b) => a + b, 0) / slotSamples.length).toFixed(4) : null,
-  preemptions: after.preemptions, kv_blocks_used_after: after.used,
-};
-console.log(JSON.stringify(report, null, 2));
-if (results.length !== total || after.used !== 0) { console.error('FAIL: lost requests or KV blocks still in use'); process.exit(1); }
+// One phase: `count` requests, `width` in flight at a time.
+async function phase(count, width, fixedOut) {
+  const before = await metrics();
+  const results = [];
+  let next = 0;
+  const slotSamples = [];
+  const sampler = setInterval(async () => {
+    try { const m = await metrics(); if (m.allocated > 0) slotSamples.push(m.filled / m.allocated); } catch {}
+  }, 250);
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: Math.min(width, count) }, async () => {
+    while (next < count) results.push(await one(next++, fixedOut));
+  }));
+  const seconds = (performance.now() - t0) / 1000;
+  clearInterval(sampler);
+  await new Promise((r) => setTimeout(r, 300));
+  const after = await metrics();
+  const outTokens = results.reduce((a, r) => a + r.tokens, 0);
+  const itl = results.flatMap((r) => r.itl);
+  const steps = after.steps - before.steps;
+  const report = {
+    requests: results.length, concurrency: width, seconds: +seconds.toFixed(2), output_tokens: outTokens,
+    output_tokens_per_s: +(outTokens / seconds).toFixed(2), requests_per_s: +(results.length / seconds).toFixed(3),
+    ttft_ms: { p50: +pct(results.map((r) => r.ttft), 50).toFixed(1), p99: +pct(results.map((r) => r.ttft), 99).toFixed(1) },
+    itl_ms: { p50: +pct(itl, 50).toFixed(1), p99: +pct(itl, 99).toFixed(1) },
+    engine_steps: steps,
+    engine_step_ms_mean: steps > 0 ? +(1000 * (after.stepSeconds - before.stepSeconds) / steps).toFixed(2) : null,
+    sampled_tokens_per_step: steps > 0 ? +((after.sampled - before.sampled) / steps).toFixed(2) : null,
+    engine_busy_fraction: steps > 0 ? +((after.stepSeconds - before.stepSeconds) / seconds).toFixed(3) : null,
+    kv_slot_fill_under_load: slotSamples.length ? +(slotSamples.reduce((a, b) => a + b, 0) / slotSamples.length).toFixed(4) : null,
+    preemptions: after.preemptions - before.preemptions, kv_blocks_used_after: after.used,
+  };
+  if (results.length !== count || after.used !== 0) {
+    console.error(JSON.stringify(report, null, 2));
+    console.error('FAIL: lost requests or KV blocks still in use');
+    process.exit(1);
+  }
+  return report;
+}
+
+const out = {};
+if (singleRequests > 0) out.single = await phase(singleRequests, 1, maxOut);
+out.batched = await phase(total, concurrency);
+if (out.single) out.batched_over_single_output_tok_s = +(out.batched.output_tokens_per_s / out.single.output_tokens_per_s).toFixed(2);
+console.log(JSON.stringify(out, null, 2));

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <string>
 
+#include <Eigen/Core>
+
 #include "assets/model.h"
 #include "cli/commands.h"
 #include "core/error.h"
@@ -35,6 +37,12 @@ void run_serve(ServeArgs args) {
   if (args.server.served_model_name.empty())
     args.server.served_model_name = std::filesystem::path(args.model).filename().string();
   args.engine.enable_prefix_caching = !args.no_prefix_caching;
+  // The CPU backend splits each matrix product over --threads itself (ops::linear). With one
+  // thread its OpenMP region is inactive, so Eigen's own GEMM would open a second OpenMP team of
+  // all cores inside it: every batched step (prefill chunks, 2+ decodes) then waited on spinning
+  // barriers for a core that other work held, and 16 streams ran 50x slower than one
+  // (docs/serving.md, "Batched throughput"). One Eigen thread: the backend's split is the only one.
+  Eigen::setNbThreads(1);
   server::run_server(args.server, [args](server::ServingParts& parts) {
     parts.model_path = args.model;
     LoadedModel model = load_model(args.model);

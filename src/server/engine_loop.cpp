@@ -88,6 +88,7 @@ void EngineLoop::run() {
     for (Command& c : commands) std::visit([this](auto& cmd) { handle(cmd); }, c);
 
     std::vector<RequestOutput> outputs;
+    const auto step_start = std::chrono::steady_clock::now();
     try {
       outputs = engine_->step();
     } catch (const std::exception& e) {
@@ -105,6 +106,15 @@ void EngineLoop::run() {
       continue;
     }
     auto now = std::chrono::steady_clock::now();
+    const EngineStats stats = engine_->stats();
+    if (stats.steps != last_steps_) {  // a forward pass ran (not just abort outputs)
+      int64_t sampled = 0;
+      for (const RequestOutput& out : outputs) sampled += static_cast<int64_t>(out.tokens.size());
+      metrics_.observe_step(std::chrono::duration<double>(now - step_start).count(),
+                            stats.batched_tokens_total - last_batched_tokens_, sampled);
+      last_steps_ = stats.steps;
+      last_batched_tokens_ = stats.batched_tokens_total;
+    }
     for (RequestOutput& out : outputs) {
       auto it = tracked_.find(out.request_id);
       if (it == tracked_.end()) continue;
@@ -124,7 +134,7 @@ void EngineLoop::run() {
       t.stream->push({t.choice, std::move(out)});
       if (finished) tracked_.erase(it);
     }
-    metrics_.set_engine(engine_->stats());
+    metrics_.set_engine(stats);
   }
 }
 

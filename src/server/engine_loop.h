@@ -78,6 +78,7 @@ class EngineLoop {
   std::deque<Command> commands_;
   bool stopping_ = false;
   std::unordered_map<int64_t, Tracked> tracked_;  // engine thread only
+  int64_t last_steps_ = 0, last_batched_tokens_ = 0;  // engine thread only: stats at the last step
   std::thread thread_;
 };
 

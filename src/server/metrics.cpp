@@ -39,7 +39,10 @@ void Histogram::write(std::string& out, const std::string& name, const std::stri
 Metrics::Metrics()
     : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}),
       itl_({0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5}),
-      e2e_({0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120}) {}
+      e2e_({0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120}),
+      step_({0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}),
+      step_tokens_({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048}),
+      step_sampled_({1, 2, 4, 8, 16, 32, 64, 128, 256}) {}
 
 void Metrics::set_engine(const EngineStats& stats) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -48,6 +51,12 @@ void Metrics::set_engine(const EngineStats& stats) {
 void Metrics::observe_ttft(double s) { std::lock_guard<std::mutex> lock(mutex_); ttft_.observe(s); }
 void Metrics::observe_itl(double s) { std::lock_guard<std::mutex> lock(mutex_); itl_.observe(s); }
 void Metrics::observe_e2e(double s) { std::lock_guard<std::mutex> lock(mutex_); e2e_.observe(s); }
+void Metrics::observe_step(double seconds, int64_t batched_tokens, int64_t sampled_tokens) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  step_.observe(seconds);
+  step_tokens_.observe(double(batched_tokens));
+  step_sampled_.observe(double(sampled_tokens));
+}
 void Metrics::count_http_error() { std::lock_guard<std::mutex> lock(mutex_); ++http_errors_; }
 void Metrics::count_finished(const char* reason) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -92,6 +101,9 @@ std::string Metrics::render() const {
   ttft_.write(out, "journey:time_to_first_token_seconds", "Time from arrival to the first generated token.");
   itl_.write(out, "journey:inter_token_latency_seconds", "Time between consecutive tokens of a request.");
   e2e_.write(out, "journey:e2e_request_latency_seconds", "Time from arrival to the last token.");
+  step_.write(out, "journey:engine_step_seconds", "Wall time of one engine step (schedule, batched forward, sampling).");
+  step_tokens_.write(out, "journey:engine_step_batched_tokens", "Tokens computed by one step's forward pass.");
+  step_sampled_.write(out, "journey:engine_step_sampled_tokens", "Tokens sampled by one step (one per decoding sequence).");
   return out;
 }
 

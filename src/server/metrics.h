@@ -31,6 +31,10 @@ class Metrics {
   void observe_ttft(double seconds);
   void observe_itl(double seconds);
   void observe_e2e(double seconds);
+  // One engine step: its wall time, the tokens its forward pass computed, the tokens it sampled
+  // (= sequences that produced a token). Batching shows here: under 16 streams a step should
+  // sample ~16 tokens in not much more time than a step of one.
+  void observe_step(double seconds, int64_t batched_tokens, int64_t sampled_tokens);
   void count_finished(const char* reason);    // "stop", "length", "abort"
   void count_http_error();
   std::string render() const;
@@ -39,7 +43,7 @@ class Metrics {
  private:
   mutable std::mutex mutex_;
   EngineStats engine_;
-  Histogram ttft_, itl_, e2e_;
+  Histogram ttft_, itl_, e2e_, step_, step_tokens_, step_sampled_;
   uint64_t finished_stop_ = 0, finished_length_ = 0, finished_abort_ = 0, http_errors_ = 0;
 };
 
