@@ -4,6 +4,7 @@
 //                 [--served-model-name NAME] [--max-num-seqs N] [--max-num-batched-tokens N]
 //                 [--block-size 16] [--kv-cache-memory BYTES | --num-kv-blocks N]
 //                 [--rate-limit N] [--threads N]
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -37,6 +38,10 @@ void run_serve(ServeArgs args) {
   if (args.server.served_model_name.empty())
     args.server.served_model_name = std::filesystem::path(args.model).filename().string();
   args.engine.enable_prefix_caching = !args.no_prefix_caching;
+  // Every open request holds an HTTP worker until it finishes, so the pool must outnumber the
+  // sequences the engine can run at once; otherwise requests queue in the pool, not the scheduler.
+  args.server.http_threads = static_cast<int>(
+      std::max<int64_t>(args.server.http_threads, args.engine.scheduler.max_num_seqs + 16));
   // The CPU backend splits each matrix product over --threads itself (ops::linear). With one
   // thread its OpenMP region is inactive, so Eigen's own GEMM would open a second OpenMP team of
   // all cores inside it: every batched step (prefill chunks, 2+ decodes) then waited on spinning

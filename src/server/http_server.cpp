@@ -220,32 +220,61 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
     return usage_json(prompt_tokens, completion);
   };
 
+  EngineLoop* engine_loop = loop.get();
+  // Abort the sequences when the response ends before they finished (the client went away).
+  auto release = [engine_loop, ex](bool) {
+    if (ex->finished < static_cast<int>(ex->choices.size())) engine_loop->abort(ex->ids);
+  };
+
   if (!ex->api.stream) {
-    while (ex->finished < static_cast<int>(n))
-      if (auto ev = ex->stream->pop(std::chrono::milliseconds(1000))) absorb(*ex, ctx, *ev, nullptr);
-    if (!ex->error.empty()) throw ApiError(500, ex->error, "", "internal_error");
-    json choices = json::array();
-    for (size_t i = 0; i < n; ++i) {
-      const ChoiceState& c = ex->choices[i];
-      json lp = nullptr;
-      if (ex->api.logprobs)
-        lp = logprobs_json(ex->api, ctx, c.tokens, ex->api.sequences[0].prompt.back(),
-                           ex->api.echo ? ex->api.prompt_text.size() : 0);
-      if (chat)
-        choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", c.text}}}, {"logprobs", lp},
-                           {"finish_reason", c.finish_reason}});
-      else
-        choices.push_back({{"index", i}, {"text", (ex->api.echo ? ex->api.prompt_text : "") + c.text},
-                           {"logprobs", lp}, {"finish_reason", c.finish_reason}});
-    }
-    json response = {{"id", ex->id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", ex->created},
-                     {"model", options.served_model_name}, {"choices", choices}, {"usage", usage()}};
-    res.set_content(dump(response), "application/json");
+    // Non-streaming answers are sent through a content provider too, although they are one JSON
+    // body: a handler that blocked until the sequences finished could not notice a client that
+    // hung up (cpp-httplib 0.11 gives handlers no view of the socket), and its sequences would
+    // run to max_tokens for nobody. Only a write reveals a closed connection, so while the
+    // sequences run the provider sends one space every half second: JSON allows whitespace
+    // before the value, so clients parse the body as usual. The second write after the client
+    // left fails, the provider returns false and the releaser aborts. The price: the body is
+    // sent chunked and the status is 200 before the result exists, so an engine failure
+    // mid-request comes back as an OpenAI error object in a 200 response.
+    std::string model = options.served_model_name;
+    res.set_chunked_content_provider(
+        "application/json",
+        [this, ex, n, chat, model, usage](size_t, httplib::DataSink& sink) {
+          auto until = Clock::now() + std::chrono::milliseconds(500);
+          while (ex->finished < static_cast<int>(n) && Clock::now() < until)
+            if (auto ev = ex->stream->pop(std::chrono::milliseconds(50))) absorb(*ex, ctx, *ev, nullptr);
+          if (ex->finished < static_cast<int>(n)) return sink.write(" ", 1);  // heartbeat: is the client there?
+          std::string body;
+          if (!ex->error.empty()) {
+            body = dump(error_body(ex->error, "internal_error", "", "internal_error"));
+          } else {
+            json choices = json::array();
+            for (size_t i = 0; i < n; ++i) {
+              const ChoiceState& c = ex->choices[i];
+              json lp = nullptr;
+              if (ex->api.logprobs)
+                lp = logprobs_json(ex->api, ctx, c.tokens, ex->api.sequences[0].prompt.back(),
+                                   ex->api.echo ? ex->api.prompt_text.size() : 0);
+              if (chat)
+                choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", c.text}}},
+                                   {"logprobs", lp}, {"finish_reason", c.finish_reason}});
+              else
+                choices.push_back({{"index", i}, {"text", (ex->api.echo ? ex->api.prompt_text : "") + c.text},
+                                   {"logprobs", lp}, {"finish_reason", c.finish_reason}});
+            }
+            json response = {{"id", ex->id}, {"object", chat ? "chat.completion" : "text_completion"},
+                             {"created", ex->created}, {"model", model}, {"choices", choices}, {"usage", usage()}};
+            body = dump(response);
+          }
+          bool written = sink.write(body.data(), body.size());
+          sink.done();
+          return written;
+        },
+        release);
     return;
   }
 
   res.set_header("Cache-Control", "no-cache");
-  EngineLoop* engine_loop = loop.get();
   const char* object = chat ? "chat.completion.chunk" : "text_completion";
   std::string model = options.served_model_name;
   auto last_write = std::make_shared<Clock::time_point>(Clock::now());
@@ -300,9 +329,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         }
         return true;
       },
-      [engine_loop, ex](bool) {
-        if (ex->finished < static_cast<int>(ex->choices.size())) engine_loop->abort(ex->ids);
-      });
+      release);
 }
 
 void Server::tokenize(const httplib::Request& req, httplib::Response& res) {
@@ -345,6 +372,9 @@ void run_server(const ServerOptions& options, std::function<void(ServingParts&)>
   int threads = options.http_threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http.set_payload_max_length(options.max_body_bytes);
+  // Every SSE event is one small write; with Nagle's algorithm a write waits for the ACK of the
+  // previous one, which the client may delay (delayed ACK), so tokens would arrive in bursts.
+  http.set_tcp_nodelay(true);
   http.set_error_handler([&state, &options](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     std::string message = res.status == 413 ? cat("The request body is larger than ", options.max_body_bytes, " bytes")

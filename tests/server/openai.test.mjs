@@ -137,6 +137,37 @@ test('a client that disconnects mid-stream has its sequence aborted and its bloc
   assert.equal(await metric('journey:num_requests_running'), 0);
 });
 
+test('a non-streaming client that disconnects has its sequences aborted and its blocks freed', async () => {
+  const aborted = async () => {
+    const text = await (await fetch(`${base}/metrics`)).text();
+    const line = text.split('\n').find((l) => l.startsWith('journey:request_success_total{finished_reason="abort"}'));
+    return Number(line.split(' ')[1]);
+  };
+  const before = await aborted();
+  // 16 choices of 480 tokens: far longer than it takes to notice that the client left.
+  const ctrl = new AbortController();
+  const pending = fetch(`${base}/v1/completions`, {
+    method: 'POST', signal: ctrl.signal,
+    headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model, prompt: 'Once upon a time', max_tokens: 480, n: 16, ignore_eos: true, seed: 3 }),
+  }).then((res) => res.json()).then(() => 'answered', () => 'cancelled');  // headers come first; the body at the end
+  let used = 0;
+  for (let i = 0; i < 400 && used === 0; i++) {
+    await new Promise((r) => setTimeout(r, 5));
+    used = await metric('journey:kv_blocks_used');
+  }
+  assert.ok(used > 0, 'the request never started running');
+  ctrl.abort();
+  assert.equal(await pending, 'cancelled');
+  for (let i = 0; i < 100 && used !== 0; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    used = await metric('journey:kv_blocks_used');
+  }
+  assert.equal(used, 0);
+  // Aborted, not run to the end for nobody.
+  assert.equal(await aborted(), before + 16);
+});
+
 test('concurrent requests all complete and every block is free afterwards', async () => {
   // A shared opening longer than one 16-token block, computed once before the burst.
   const opening = 'Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends.';
