@@ -8,6 +8,7 @@
 // have a per-sequence shape and are emitted only when the batch holds a single sequence.
 #include "reference/cpu_backend.h"
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
 #include <thread>
@@ -106,6 +107,9 @@ CpuBackend::CpuBackend(const LoadedModel& model, const CpuOptions& options)
   config_.head_dim = D_;
   if (D_ % 2 != 0) fail(where, ": head_dim ", D_, " is odd; rotary embeddings rotate pairs of dimensions");
   threads_ = options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  // The ops split work across threads_ themselves; Eigen's own GEMM threading would add threads on
+  // top (inside a one-thread region it still spawns its own), so it is switched off.
+  Eigen::setNbThreads(1);
 
   const WeightStore& w = model.weights;
   embed_tokens_ = load_tensor(w, "model.embed_tokens.weight", {V_, E_});

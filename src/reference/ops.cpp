@@ -104,20 +104,27 @@ void linear(float* y, const float* x, const float* weight, const float* bias, in
   // so that chunk edges stay aligned to SIMD width. Inside a parallel region Eigen runs serially.
   const int64_t n_chunks = std::max<int64_t>(1, std::min<int64_t>(threads, out / 16));
   const int64_t chunk = ((out + n_chunks - 1) / n_chunks + 15) / 16 * 16;
-#pragma omp parallel for num_threads(int(n_chunks)) schedule(static)
-  for (int64_t c = 0; c < n_chunks; ++c) {
-    const int64_t begin = c * chunk;
+  auto rows = [&](int64_t begin) {
     const int64_t width = std::min(out, begin + chunk) - begin;
-    if (width <= 0) continue;
+    if (width <= 0) return;
     if (T == 1) {
       // decode: y = W x, a matrix-vector product over this thread's rows
       Eigen::Map<Eigen::RowVectorXf>(y + begin, width).noalias() =
           (W.middleRows(begin, width) * X.row(0).transpose()).transpose();
     } else {
-      Y.middleCols(begin, width).noalias() = X * W.middleRows(begin, width).transpose();
+      // prefill: Eigen packs the weight block fastest as the right-hand side of a product with a
+      // column-major result (measured ~15% faster than writing the row-major Y directly)
+      Eigen::MatrixXf block = X * W.middleRows(begin, width).transpose();  // [T, width] column-major
+      Y.middleCols(begin, width) = block;
     }
     if (bias) Y.middleCols(begin, width).rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias + begin, width);
+  };
+  if (n_chunks == 1) {
+    rows(0);  // no parallel region: Eigen then follows Eigen::setNbThreads (CpuBackend sets 1)
+    return;
   }
+#pragma omp parallel for num_threads(int(n_chunks)) schedule(static)
+  for (int64_t c = 0; c < n_chunks; ++c) rows(c * chunk);
 }
 
 void softmax(float* x, int64_t R, int64_t N) {
