@@ -108,6 +108,7 @@ inline ModelSession open_model(const GenerationFlags& f) {
 
 // The one-line summary on stderr, after the text.
 inline void print_summary(const GenerationResult& r, const SamplingParams& params) {
+  std::fflush(stdout);  // the text (and its final newline) first, then the summary
   std::fprintf(stderr,
                "[%lld prompt tokens, %lld generated, time to first token %.3f s, prefill %.1f tok/s, "
                "decode %.1f tok/s, finish: %s",
