@@ -60,6 +60,7 @@ async function one(i, fixedOut) {
       const data = event.slice(6);
       if (data === '[DONE]') { done = true; continue; }
       const chunk = JSON.parse(data);
+      if (chunk.error) throw new Error(`request ${i}: the server sent an error: ${JSON.stringify(chunk.error)}`);
       if (chunk.usage) usage = chunk.usage;
       if (chunk.choices?.length) times.push(performance.now());
     }

@@ -127,7 +127,10 @@ RequestOutput LLMEngine::emit(Request& r, const std::optional<SampledToken>& tok
                     r.request.stop_token_ids.end();
   if (is_eos || is_stop_id) {
     out.finish_reason = FinishReason::Stop;  // the stop token itself adds no text
-  } else if (r.detokenizer) {
+  } else if (r.detokenizer && id < tokenizer_->vocab_size()) {
+    // Ids past the tokenizer's vocabulary (the embedding table is often padded: Qwen2.5 has
+    // 151936 rows for 151665 tokens) have no text; a trained model all but never samples them,
+    // a random-weight one does. They count as output tokens and add no text.
     out.text = r.stop.push(r.detokenizer->push(id));
     if (r.stop.matched()) out.finish_reason = FinishReason::Stop;
   }
@@ -156,12 +159,27 @@ std::vector<RequestOutput> LLMEngine::step() {
     Sequence& seq = *plan.scheduled[i].seq;
     Request& r = *requests_.at(seq.id);
     std::optional<SampledToken> token;
-    if (seq.num_computed_tokens == seq.num_tokens()) {  // prefill done or a decode: sample
-      const float* row = logits.last_row(i);
-      token = r.sampler.sample(std::span<const float>(row, static_cast<size_t>(logits.vocab_size)));
-      ++generation_tokens_total_;
+    RequestOutput out;
+    try {
+      if (seq.num_computed_tokens == seq.num_tokens()) {  // prefill done or a decode: sample
+        const float* row = logits.last_row(i);
+        token = r.sampler.sample(std::span<const float>(row, static_cast<size_t>(logits.vocab_size)));
+        ++generation_tokens_total_;
+      }
+      out = emit(r, token);
+    } catch (const std::exception& e) {
+      // Sampling or decoding failed for this request only: end it with the reason, keep the others.
+      out = RequestOutput{};
+      out.request_id = seq.id;
+      out.aborted = true;
+      out.text = cat("engine error: ", e.what());
+      out.prompt_tokens = seq.num_prompt_tokens;
+      out.output_tokens = seq.num_output_tokens();
+      scheduler_.finish(&seq);
+      outputs.push_back(std::move(out));
+      requests_.erase(seq.id);
+      continue;
     }
-    RequestOutput out = emit(r, token);
     if (!token) continue;  // a prefill chunk: nothing to report yet
     if (out.finished()) {
       scheduler_.finish(&seq);

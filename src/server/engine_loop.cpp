@@ -1,5 +1,7 @@
 #include "server/engine_loop.h"
 
+#include <cstdio>
+
 #include "core/error.h"
 
 namespace journey::server {
@@ -93,6 +95,8 @@ void EngineLoop::run() {
       outputs = engine_->step();
     } catch (const std::exception& e) {
       // A backend failure must not take the server down silently: fail every open request.
+      std::fprintf(stderr, "journey serve: engine step failed, aborting %zu open sequences: %s\n", tracked_.size(),
+                   e.what());
       for (auto& [id, t] : tracked_) {
         RequestOutput out;
         out.request_id = id;
