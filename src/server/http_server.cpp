@@ -143,6 +143,20 @@ struct Server {
   void detokenize(const httplib::Request& req, httplib::Response& res);
 };
 
+// cpp-httplib calls content providers without a try block, so an exception escaping one would
+// end the process. A provider that throws ends its response instead (the releaser then aborts
+// the request's sequences).
+httplib::ContentProviderWithoutLength guarded(httplib::ContentProviderWithoutLength provider) {
+  return [provider = std::move(provider)](size_t offset, httplib::DataSink& sink) {
+    try {
+      return provider(offset, sink);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "journey serve: response aborted: %s\n", e.what());
+      return false;
+    }
+  };
+}
+
 // Everything one HTTP request accumulates while its choices run.
 struct Exchange {
   ApiRequest api;
@@ -239,7 +253,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
     std::string model = options.served_model_name;
     res.set_chunked_content_provider(
         "application/json",
-        [this, ex, n, chat, model, usage](size_t, httplib::DataSink& sink) {
+        guarded([this, ex, n, chat, model, usage](size_t, httplib::DataSink& sink) {
           auto until = Clock::now() + std::chrono::milliseconds(500);
           while (ex->finished < static_cast<int>(n) && Clock::now() < until)
             if (auto ev = ex->stream->pop(std::chrono::milliseconds(50))) absorb(*ex, ctx, *ev, nullptr);
@@ -269,7 +283,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
           bool written = sink.write(body.data(), body.size());
           sink.done();
           return written;
-        },
+        }),
         release);
     return;
   }
@@ -280,7 +294,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
   auto last_write = std::make_shared<Clock::time_point>(Clock::now());
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, ex, n, object, model, usage, last_write](size_t, httplib::DataSink& sink) {
+      guarded([this, ex, n, object, model, usage, last_write](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) {
           *last_write = Clock::now();
           return sink.write(s.data(), s.size());
@@ -328,7 +342,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
           sink.done();
         }
         return true;
-      },
+      }),
       release);
 }
 

@@ -250,7 +250,11 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& ctx) {
 }
 
 std::string token_text(const ModelContext& ctx, int32_t id, int32_t previous) {
-  return ctx.tokenizer->token_bytes(id, previous, /*skip_special=*/false);
+  // Ids past the tokenizer's vocabulary (a padded embedding table) have no text; the engine
+  // emits none for them either.
+  const int32_t vocab = ctx.tokenizer->vocab_size();
+  if (id < 0 || id >= vocab) return "";
+  return ctx.tokenizer->token_bytes(id, previous >= 0 && previous < vocab ? previous : -1, /*skip_special=*/false);
 }
 
 namespace {
