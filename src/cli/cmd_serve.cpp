@@ -14,7 +14,6 @@
 
 #include <unistd.h>
 
-#include <Eigen/Core>
 
 #include "assets/model.h"
 #include "cli/commands.h"
@@ -74,12 +73,6 @@ void run_serve(ServeArgs args) {
   // sequences the engine can run at once; otherwise requests queue in the pool, not the scheduler.
   args.server.http_threads = static_cast<int>(
       std::max<int64_t>(args.server.http_threads, args.engine.scheduler.max_num_seqs + 16));
-  // The CPU backend splits each matrix product over --threads itself (ops::linear). With one
-  // thread its OpenMP region is inactive, so Eigen's own GEMM would open a second OpenMP team of
-  // all cores inside it: every batched step (prefill chunks, 2+ decodes) then waited on spinning
-  // barriers for a core that other work held, and 16 streams ran 50x slower than one
-  // (docs/serving.md, "Batched throughput"). One Eigen thread: the backend's split is the only one.
-  Eigen::setNbThreads(1);
   server::run_server(args.server, [args](server::ServingParts& parts) {
     parts.model_path = args.model;
     LoadedModel model = load_model(args.model);

@@ -3,10 +3,9 @@
 // (scripts/bench-serve.js, GET /metrics journey:engine_step_seconds) to tell engine cost from
 // server cost. A benchmark, not a test: it prints timings and asserts nothing about them.
 //
-//   bench_engine_batch MODEL_DIR [--streams 16] [--prompt 32] [--out 64] [--threads 2] [--eigen-threads 1]
+//   bench_engine_batch MODEL_DIR [--streams 16] [--prompt 32] [--out 64] [--threads 2]
 //
-// --eigen-threads sets Eigen's own GEMM threads as `journey serve` does (1); 0 leaves Eigen's
-// default (all cores, through OpenMP), which shows the batched slowdown docs/serving.md describes.
+// Run it with OMP_WAIT_POLICY=passive to match `journey serve` (which sets it for itself).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -73,14 +72,9 @@ int main(int argc, char** argv) {
   }
   int64_t streams = 16, prompt_len = 32, out_len = 64;
   int threads = 2;
-  int eigen_threads = 1;
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     long long v = std::atoll(argv[i + 1]);
-    if (flag == "--eigen-threads" && v == 0 && argv[i + 1][0] == '0') {
-      eigen_threads = 0;
-      continue;
-    }
     if (v <= 0) {
       std::fprintf(stderr, "%s needs a positive number, got '%s'\n", flag.c_str(), argv[i + 1]);
       return 2;
@@ -89,14 +83,11 @@ int main(int argc, char** argv) {
     else if (flag == "--prompt") prompt_len = v;
     else if (flag == "--out") out_len = v;
     else if (flag == "--threads") threads = static_cast<int>(v);
-    else if (flag == "--eigen-threads") eigen_threads = static_cast<int>(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", flag.c_str());
       return 2;
     }
   }
-  if (eigen_threads > 0) Eigen::setNbThreads(eigen_threads);
-  std::printf("threads %d, Eigen GEMM threads %d\n", threads, Eigen::nbThreads());
   try {
     LoadedModel model = load_model(argv[1]);
     std::unique_ptr<Backend> backend = make_cpu_backend(model, CpuOptions{.threads = threads});
@@ -104,6 +95,9 @@ int main(int argc, char** argv) {
     config.max_model_len = prompt_len + out_len + 16;
     config.scheduler.max_num_seqs = std::max<int64_t>(streams, 1);
     LLMEngine engine(*backend, config);
+    const char* policy = std::getenv("OMP_WAIT_POLICY");
+    std::printf("threads %d, Eigen GEMM threads %d, OMP_WAIT_POLICY %s\n", threads, Eigen::nbThreads(),
+                policy ? policy : "(default)");
     const int64_t vocab = backend->config().vocab_size;
     run_phase(engine, 1, prompt_len, 4, vocab, 99);  // warm-up: first-touch of weights and KV pages
     PhaseResult one = run_phase(engine, 1, prompt_len, out_len, vocab, 1);
