@@ -21,7 +21,7 @@ struct ServerOptions {
   std::string served_model_name;   // "id" in /v1/models; requests naming another model get 404
   int rate_limit_per_minute = 0;   // per API key (or client address); 0 = off
   size_t max_body_bytes = 1 << 20;
-  int http_threads = 64;           // streaming requests hold a thread each
+  int http_threads = 64;           // every open request holds one (cmd_serve: >= max_num_seqs + 16)
 };
 
 
