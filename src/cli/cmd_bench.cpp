@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "assets/model.h"
+#include "cli/backend_select.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "reference/bench.h"
@@ -16,6 +17,7 @@ void register_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Measure prefill and decode speed against this machine's ceilings");
   struct Args {
     std::string model;
+    std::string device = "cpu";
     BenchOptions options;
     bool json = false;
   };
@@ -25,6 +27,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--gen-tokens", args->options.gen_tokens, "greedy decode steps")->default_val(64);
   cmd->add_option("--threads", args->options.threads, "threads (0 = all cores)")->default_val(0);
   cmd->add_option("--runs", args->options.runs, "repetitions; the median and range are reported")->default_val(3);
+  cmd->add_option("--device", args->device, device_flag_help())->capture_default_str();
   cmd->add_flag("--json", args->json, "print JSON instead of a table");
   cmd->callback([args] {
     const std::string path = args->model.empty() ? default_model_path() : args->model;
@@ -32,7 +35,7 @@ void register_bench(CLI::App& app) {
     std::unique_ptr<Backend> backend;
     {
       LoadedModel model = load_model(path);  // released once the backend holds its f32 copy
-      backend = make_cpu_backend(model, {.threads = args->options.threads});
+      backend = make_backend(model, args->device, args->options.threads);
     }
     const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     BenchResult result = run_bench(*backend, args->options);

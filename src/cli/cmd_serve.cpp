@@ -16,13 +16,10 @@
 
 
 #include "assets/model.h"
+#include "cli/backend_select.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "engine/stop.h"
-#include "reference/cpu_backend.h"
 #include "server/http_server.h"
-#include "text/chat_template.h"
-#include "text/tokenizer.h"
 
 namespace journey::cli {
 
@@ -30,6 +27,7 @@ namespace {
 struct ServeArgs {
   std::string model;
   int threads = 0;
+  std::string device = "cpu";
   server::ServerOptions server;
   EngineConfig engine;
   bool no_prefix_caching = false;
@@ -74,13 +72,9 @@ void run_serve(ServeArgs args) {
   args.server.http_threads = static_cast<int>(
       std::max<int64_t>(args.server.http_threads, args.engine.scheduler.max_num_seqs + 16));
   server::run_server(args.server, [args](server::ServingParts& parts) {
-    parts.model_path = args.model;
-    LoadedModel model = load_model(args.model);
-    parts.tokenizer = load_tokenizer(model.path);
-    parts.chat_template = std::make_unique<ModelChatTemplate>(load_chat_template(model.path));
-    parts.backend = make_cpu_backend(model, CpuOptions{.threads = args.threads});
-    parts.engine_config = args.engine;
-    parts.engine_config.eos_token_ids = collect_eos_ids(model.generation, model.config, *parts.tokenizer);
+    server::load_serving_parts(parts, args.model, args.engine, [&args](const LoadedModel& model) {
+      return make_backend(model, args.device, args.threads);
+    });
   });
 }
 }  // namespace
@@ -104,6 +98,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--rate-limit", args->server.rate_limit_per_minute, "requests per minute per API key (0 = off)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-body-bytes", args->server.max_body_bytes, "largest request body accepted");
   cmd->add_option("--threads", args->threads, "CPU threads for the model (0 = all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--device", args->device, device_flag_help())->capture_default_str();
   cmd->callback([args] { run_serve(*args); });
 }
 

@@ -13,6 +13,7 @@
 #include <pthread.h>
 
 #include "core/error.h"
+#include "engine/stop.h"
 #include "server/engine_loop.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
@@ -379,6 +380,17 @@ void Server::detokenize(const httplib::Request& req, httplib::Response& res) {
 }
 
 }  // namespace
+
+void load_serving_parts(ServingParts& parts, const std::string& model_path, const EngineConfig& engine,
+                        const std::function<std::unique_ptr<Backend>(const LoadedModel&)>& make_backend) {
+  parts.model_path = model_path;
+  LoadedModel model = load_model(model_path);  // released once the backend holds its own copy
+  parts.tokenizer = load_tokenizer(model.path);
+  parts.chat_template = std::make_unique<ModelChatTemplate>(load_chat_template(model.path));
+  parts.backend = make_backend(model);
+  parts.engine_config = engine;
+  parts.engine_config.eos_token_ids = collect_eos_ids(model.generation, model.config, *parts.tokenizer);
+}
 
 void run_server(const ServerOptions& options, std::function<void(ServingParts&)> load) {
   Server state(options);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "assets/model.h"
 #include "engine/llm_engine.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -33,6 +34,11 @@ struct ServingParts {
   EngineConfig engine_config;
   std::string model_path;
 };
+
+// Fill parts from a model path: the model, its tokenizer and chat template, a backend made by
+// make_backend (the caller picks CPU or CUDA), and the engine config with the model's EOS ids.
+void load_serving_parts(ServingParts& parts, const std::string& model_path, const EngineConfig& engine,
+                        const std::function<std::unique_ptr<Backend>(const LoadedModel&)>& make_backend);
 
 // Blocks until the process is told to stop (SIGINT/SIGTERM). Throws journey::Error when the
 // address cannot be bound.
