@@ -131,7 +131,9 @@ void softmax(float* x, int64_t R, int64_t N) {
   for (int64_t r = 0; r < R; ++r) {
     VectorMap row(x + r * N, N);
     const float max = row.maxCoeff();  // subtract the max so exp never overflows
-    row = (row.array() - max).exp();
+    // Masked (-inf) entries must come out exactly 0: Eigen's vectorized exp clamps its input at
+    // about -88 on SSE2-only builds and would return a denormal instead.
+    row = (row.array() == -std::numeric_limits<float>::infinity()).select(0.0f, (row.array() - max).exp());
     row /= row.sum();
   }
 }
