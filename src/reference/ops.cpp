@@ -1,7 +1,9 @@
-// The reference ops: Eigen for the arithmetic, OpenMP (when CMake found it) to split work across
-// threads. Each function is the literal formula from ops.h; speed comes only from not doing
+// The reference ops: Eigen for the arithmetic (linear() for few tokens: the kernel of gemm.cpp),
+// OpenMP (when CMake found it) to split work across threads. Each function is the literal formula from ops.h; speed comes only from not doing
 // anything twice (weights are read once per linear(), attention reads each K/V row once per query).
 #include "reference/ops.h"
+
+#include "reference/gemm.h"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -97,27 +99,32 @@ void rope(float* x, const int64_t* positions, int64_t T, int64_t heads, int64_t 
 
 void linear(float* y, const float* x, const float* weight, const float* bias, int64_t T, int64_t in, int64_t out,
             int threads) {
-  ConstMatrixMap X(x, T, in);          // [T, in]
-  ConstMatrixMap W(weight, out, in);   // [out, in]
-  MatrixMap Y(y, T, out);              // [T, out]
   // Each thread owns a contiguous block of output rows of W (columns of Y), a multiple of 16 wide
-  // so that chunk edges stay aligned to SIMD width. Inside a parallel region Eigen runs serially.
+  // so that chunk edges stay aligned to SIMD width.
   const int64_t n_chunks = std::max<int64_t>(1, std::min<int64_t>(threads, out / 16));
   const int64_t chunk = ((out + n_chunks - 1) / n_chunks + 15) / 16 * 16;
+  // Up to kGemmMaxTokens tokens (decode, batched decode of many sequences, short prompts) the
+  // register-tiled kernel of gemm.cpp reads the weights straight from memory; beyond that there is
+  // enough reuse of every weight for Eigen's packed GEMM to pay off (measured: docs/performance.md).
+  constexpr int64_t kGemmMaxTokens = 32;
+  const gemm::Isa isa = gemm::best_isa();
   auto rows = [&](int64_t begin) {
-    const int64_t width = std::min(out, begin + chunk) - begin;
-    if (width <= 0) return;
-    if (T == 1) {
-      // decode: y = W x, a matrix-vector product over this thread's rows
-      Eigen::Map<Eigen::RowVectorXf>(y + begin, width).noalias() =
-          (W.middleRows(begin, width) * X.row(0).transpose()).transpose();
-    } else {
-      // prefill: Eigen packs the weight block fastest as the right-hand side of a product with a
-      // column-major result (measured ~15% faster than writing the row-major Y directly)
-      Eigen::MatrixXf block = X * W.middleRows(begin, width).transpose();  // [T, width] column-major
-      Y.middleCols(begin, width) = block;
+    const int64_t end = std::min(out, begin + chunk);
+    if (end <= begin) return;
+    if (T <= kGemmMaxTokens) {
+      gemm::linear_rows(isa, y, x, weight, bias, T, in, out, begin, end);
+      return;
     }
-    if (bias) Y.middleCols(begin, width).rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias + begin, width);
+    ConstMatrixMap X(x, T, in);         // [T, in]
+    ConstMatrixMap W(weight, out, in);  // [out, in]
+    MatrixMap Y(y, T, out);             // [T, out]
+    // Eigen packs the weight block fastest as the right-hand side of a product with a column-major
+    // result (measured ~15% faster than writing the row-major Y directly). Inside a parallel region
+    // Eigen runs serially.
+    Eigen::MatrixXf block = X * W.middleRows(begin, end - begin).transpose();  // [T, end - begin] column-major
+    Y.middleCols(begin, end - begin) = block;
+    if (bias)
+      Y.middleCols(begin, end - begin).rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias + begin, end - begin);
   };
   if (n_chunks == 1) {
     rows(0);  // no parallel region: Eigen then follows Eigen::setNbThreads (CpuBackend sets 1)

@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 
+#include "reference/gemm.h"
 #include "reference/ops.h"
 #include "scalar_ops.h"
 
@@ -15,8 +16,10 @@ constexpr double kOpTolerance = 1e-10;
 constexpr float kSentinel = 12345.0f;
 
 TEST_CASE("linear matches the scalar loop for odd sizes, with and without bias, for 1..3 threads") {
-  for (int64_t T : {1, 3, 7}) {
-    for (auto [in, out] : {std::pair<int64_t, int64_t>{37, 53}, {64, 5}, {19, 211}}) {
+  // T up to 32 runs the kernel of gemm.cpp, more tokens Eigen; 1100 inputs are more than one slice
+  // of `in` for many tokens.
+  for (int64_t T : {1, 2, 3, 7, 16, 17, 33, 128}) {
+    for (auto [in, out] : {std::pair<int64_t, int64_t>{37, 53}, {64, 5}, {19, 211}, {1100, 37}}) {
       for (int threads : {1, 2, 3}) {
         for (bool with_bias : {false, true}) {
           CAPTURE(T); CAPTURE(in); CAPTURE(out); CAPTURE(threads); CAPTURE(with_bias);
@@ -28,6 +31,47 @@ TEST_CASE("linear matches the scalar loop for odd sizes, with and without bias, 
           auto expected = scalar::linear(x, w, with_bias ? b.data() : nullptr, T, in, out);
           CHECK(scalar::nmse(y.data(), expected.data(), expected.size()) < kOpTolerance);
           for (size_t i = expected.size(); i < y.size(); ++i) CHECK(y[i] == kSentinel);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the small-batch kernel matches the scalar loop on every instruction set this CPU runs") {
+  for (auto isa : {ops::gemm::Isa::Generic, ops::gemm::Isa::Avx2, ops::gemm::Isa::Avx512}) {
+    if (!ops::gemm::supports(isa)) {
+      MESSAGE("this CPU lacks ", ops::gemm::isa_name(isa), "; not tested");
+      continue;
+    }
+    for (int64_t T : {1, 2, 3, 5, 7, 16, 17, 33, 128}) {
+      // in: below one vector, odd, a multiple of 16, and several slices of `in` for T = 128
+      for (auto [in, out] : {std::pair<int64_t, int64_t>{3, 9}, {37, 53}, {64, 5}, {19, 211}, {2100, 13}}) {
+        for (bool with_bias : {false, true}) {
+          CAPTURE(ops::gemm::isa_name(isa)); CAPTURE(T); CAPTURE(in); CAPTURE(out); CAPTURE(with_bias);
+          auto x = scalar::random_vector(size_t(T * in), 11);
+          auto w = scalar::random_vector(size_t(out * in), 12);
+          auto b = scalar::random_vector(size_t(out), 13);
+          auto expected = scalar::linear(x, w, with_bias ? b.data() : nullptr, T, in, out);
+          // all rows, then only rows [2, out - 1): the columns outside the range must stay untouched
+          for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, out}, {2, out - 1}}) {
+            CAPTURE(begin); CAPTURE(end);
+            std::vector<float> y(size_t(T * out), kSentinel);  // [T, out]
+            ops::gemm::linear_rows(isa, y.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, T, in, out,
+                                   begin, end);
+            std::vector<float> got, want;  // the written columns
+            bool outside_untouched = true;
+            for (int64_t t = 0; t < T; ++t)
+              for (int64_t o = 0; o < out; ++o) {
+                if (o >= begin && o < end) {
+                  got.push_back(y[t * out + o]);
+                  want.push_back(expected[t * out + o]);
+                } else if (y[t * out + o] != kSentinel) {
+                  outside_untouched = false;
+                }
+              }
+            CHECK(scalar::nmse(got.data(), want.data(), want.size()) < kOpTolerance);
+            CHECK(outside_untouched);
+          }
         }
       }
     }
