@@ -50,12 +50,7 @@ void run_chat(const GenerationFlags& flags) {
     history.push_back({"user", line});
     ChatTemplateInputs inputs;
     inputs.messages = history;
-    inputs.add_generation_prompt = true;
-    inputs.bos_token = tmpl.bos_token;
-    inputs.eos_token = tmpl.eos_token;
-    std::string text = tmpl.chat_template->render(inputs);
-    bool has_bos = !tmpl.bos_token.empty() && text.find(tmpl.bos_token) != std::string::npos;
-    std::vector<int> ids = session.tokenizer->encode(text, /*add_special=*/!has_bos, /*parse_special=*/true);
+    const std::vector<int> ids = render_and_encode(tmpl, *session.tokenizer, std::move(inputs)).ids;
 
     GenerationRequest request;
     request.prompt_ids.assign(ids.begin(), ids.end());

@@ -28,18 +28,12 @@ std::vector<int32_t> encode_prompt(const GenerateArgs& args, const ModelSession&
     std::vector<int> ids = session.tokenizer->encode(args.prompt, /*add_special=*/true, /*parse_special=*/false);
     return {ids.begin(), ids.end()};
   }
-  ModelChatTemplate tmpl = load_chat_template(session.model.path);
   ChatTemplateInputs inputs;
   if (!args.flags.system.empty()) inputs.messages.push_back({"system", args.flags.system});
   inputs.messages.push_back({"user", args.prompt});
-  inputs.add_generation_prompt = true;
-  inputs.bos_token = tmpl.bos_token;
-  inputs.eos_token = tmpl.eos_token;
-  std::string text = tmpl.chat_template->render(inputs);
-  // A template that writes the BOS text itself must not get a second BOS from the tokenizer.
-  bool has_bos = !tmpl.bos_token.empty() && text.find(tmpl.bos_token) != std::string::npos;
-  std::vector<int> ids = session.tokenizer->encode(text, /*add_special=*/!has_bos, /*parse_special=*/true);
-  return {ids.begin(), ids.end()};
+  const RenderedPrompt prompt =
+      render_and_encode(load_chat_template(session.model.path), *session.tokenizer, std::move(inputs));
+  return {prompt.ids.begin(), prompt.ids.end()};
 }
 
 void run_generate(const GenerateArgs& args) {

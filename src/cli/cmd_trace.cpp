@@ -132,17 +132,12 @@ void run_trace(const TraceArgs& args) {
   std::string template_text;
   std::vector<int> ids;
   if (args.chat) {
-    ModelChatTemplate tmpl = load_chat_template(session.model.path);
     ChatTemplateInputs inputs;
     if (!args.flags.system.empty()) inputs.messages.push_back({"system", args.flags.system});
     inputs.messages.push_back({"user", args.prompt});
-    inputs.add_generation_prompt = true;
-    inputs.bos_token = tmpl.bos_token;
-    inputs.eos_token = tmpl.eos_token;
-    template_text = tmpl.chat_template->render(inputs);
-    // A template that writes the BOS text itself must not get a second BOS from the tokenizer.
-    const bool has_bos = !tmpl.bos_token.empty() && template_text.find(tmpl.bos_token) != std::string::npos;
-    ids = session.tokenizer->encode(template_text, /*add_special=*/!has_bos, /*parse_special=*/true);
+    RenderedPrompt prompt = render_and_encode(load_chat_template(session.model.path), *session.tokenizer, std::move(inputs));
+    template_text = std::move(prompt.text);
+    ids = std::move(prompt.ids);
   } else {
     ids = session.tokenizer->encode(args.prompt, /*add_special=*/true, /*parse_special=*/false);
   }

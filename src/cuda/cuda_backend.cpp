@@ -300,27 +300,7 @@ void CudaBackendImpl::copy_kv_block(int32_t src, int32_t dst) {
 }
 
 void CudaBackendImpl::check_batch(const ForwardBatch& batch) const {
-  if (num_blocks_ == 0) fail("forward: the KV cache is not allocated (call allocate_kv_cache first)");
-  if (batch.sequences.empty()) fail("forward: the batch holds no sequences");
-  for (const SequenceInput& s : batch.sequences) {
-    const int64_t T = int64_t(s.tokens.size());
-    if (T == 0) fail("forward: sequence ", s.seq_id, " feeds no tokens");
-    if (s.start_position < 0) fail("forward: sequence ", s.seq_id, " has start_position ", s.start_position);
-    const int64_t end = s.start_position + T;
-    if (config_.max_position_embeddings > 0 && end > config_.max_position_embeddings)
-      fail("forward: sequence ", s.seq_id, " reaches position ", end - 1, " but the model's context is ",
-           config_.max_position_embeddings, " positions");
-    for (int32_t id : s.tokens)
-      if (id < 0 || id >= V_) fail("forward: sequence ", s.seq_id, " has token id ", id, " outside [0, ", V_, ")");
-    const int64_t blocks_needed = (end + block_size_ - 1) / block_size_;
-    if (int64_t(s.block_table.size()) < blocks_needed)
-      fail("forward: sequence ", s.seq_id, " covers positions [0, ", end, ") with block size ", block_size_,
-           " and needs ", blocks_needed, " blocks, but its block table has ", s.block_table.size());
-    for (int64_t b = 0; b < blocks_needed; ++b)
-      if (s.block_table[b] < 0 || s.block_table[b] >= num_blocks_)
-        fail("forward: sequence ", s.seq_id, " block table entry ", b, " is ", s.block_table[b],
-             ", outside the pool [0, ", num_blocks_, ")");
-  }
+  validate_forward_batch(batch, config_, num_blocks_, block_size_);
 }
 
 void CudaBackendImpl::linear(float* y, const float* x, const DeviceMatrix& w, const DeviceBuffer* bias, int64_t T,

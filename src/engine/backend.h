@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/error.h"
 
 namespace journey {
 
@@ -35,6 +36,35 @@ struct ForwardOutput {
   // The logits of sequence i's last token.
   const float* last_row(size_t i) const { return row(row_begin[i + 1] - 1); }
 };
+
+// What every backend checks before a forward pass: a KV pool exists, every sequence feeds tokens
+// with ids in [0, V), stays inside the context, and has a block table covering its positions with
+// blocks inside the pool. Throws journey::Error naming the sequence, the field and the bound.
+inline void validate_forward_batch(const ForwardBatch& batch, const ModelConfig& config, int64_t num_blocks,
+                                   int64_t block_size) {
+  if (num_blocks == 0) fail("forward: the KV cache is not allocated (call allocate_kv_cache first)");
+  if (batch.sequences.empty()) fail("forward: the batch holds no sequences");
+  const int64_t V = config.vocab_size;
+  for (const SequenceInput& s : batch.sequences) {
+    const int64_t T = int64_t(s.tokens.size());
+    if (T == 0) fail("forward: sequence ", s.seq_id, " feeds no tokens");
+    if (s.start_position < 0) fail("forward: sequence ", s.seq_id, " has start_position ", s.start_position);
+    const int64_t end = s.start_position + T;
+    if (config.max_position_embeddings > 0 && end > config.max_position_embeddings)
+      fail("forward: sequence ", s.seq_id, " reaches position ", end - 1, " but the model's context is ",
+           config.max_position_embeddings, " positions");
+    for (int32_t id : s.tokens)
+      if (id < 0 || id >= V) fail("forward: sequence ", s.seq_id, " has token id ", id, " outside [0, ", V, ")");
+    const int64_t blocks_needed = (end + block_size - 1) / block_size;
+    if (int64_t(s.block_table.size()) < blocks_needed)
+      fail("forward: sequence ", s.seq_id, " covers positions [0, ", end, ") with block size ", block_size,
+           " and needs ", blocks_needed, " blocks, but its block table has ", s.block_table.size());
+    for (int64_t b = 0; b < blocks_needed; ++b)
+      if (s.block_table[b] < 0 || s.block_table[b] >= num_blocks)
+        fail("forward: sequence ", s.seq_id, " block table entry ", b, " is ", s.block_table[b],
+             ", outside the pool [0, ", num_blocks, ")");
+  }
+}
 
 class Backend {
  public:

@@ -192,17 +192,13 @@ std::vector<int32_t> encode_chat(const json& messages, const ModelContext& ctx) 
     inputs.messages.push_back({r, text});
   }
   inputs.add_generation_prompt = true;
-  inputs.bos_token = ctx.chat_template->bos_token;
-  inputs.eos_token = ctx.chat_template->eos_token;
-  std::string rendered;
+  RenderedPrompt prompt;
   try {
-    rendered = ctx.chat_template->chat_template->render(inputs);
+    prompt = render_and_encode(*ctx.chat_template, *ctx.tokenizer, std::move(inputs));
   } catch (const Error& e) {
     bad("messages", cat("the chat template failed: ", e.what()));
   }
-  bool has_bos = !inputs.bos_token.empty() && rendered.find(inputs.bos_token) != std::string::npos;
-  std::vector<int> ids = ctx.tokenizer->encode(rendered, /*add_special=*/!has_bos, /*parse_special=*/true);
-  return {ids.begin(), ids.end()};
+  return {prompt.ids.begin(), prompt.ids.end()};
 }
 
 ApiRequest parse_completion_request(const json& body, const ModelContext& ctx) {

@@ -2,6 +2,7 @@
 // built-in formats, and finding a model's template on disk (tokenizer_config.json,
 // chat_template.jinja, GGUF metadata).
 #include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 #include <fstream>
 #include <sstream>
@@ -214,6 +215,18 @@ ModelChatTemplate load_chat_template(const std::filesystem::path& path) {
   ModelChatTemplate result;
   result.chat_template = make_builtin_template("plain");
   return result;
+}
+
+RenderedPrompt render_and_encode(const ModelChatTemplate& model_template, const Tokenizer& tokenizer,
+                                 ChatTemplateInputs inputs) {
+  inputs.bos_token = model_template.bos_token;
+  inputs.eos_token = model_template.eos_token;
+  RenderedPrompt prompt;
+  prompt.text = model_template.chat_template->render(inputs);
+  const bool template_wrote_bos =
+      !inputs.bos_token.empty() && prompt.text.find(inputs.bos_token) != std::string::npos;
+  prompt.ids = tokenizer.encode(prompt.text, /*add_special=*/!template_wrote_bos, /*parse_special=*/true);
+  return prompt;
 }
 
 }  // namespace journey

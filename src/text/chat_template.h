@@ -48,4 +48,17 @@ struct ModelChatTemplate {
 // Template for a model directory / GGUF file / tokenizer-only directory; falls back to "plain".
 ModelChatTemplate load_chat_template(const std::filesystem::path& path);
 
+class Tokenizer;
+
+struct RenderedPrompt {
+  std::string text;      // what the template produced
+  std::vector<int> ids;  // [P] its tokens, special-token strings parsed as their ids
+};
+
+// Render a conversation with the model's template (its BOS/EOS strings filled in) and tokenize the
+// result. The tokenizer adds BOS only if the template did not already write the BOS text: a
+// second BOS is a different prompt, and models answer it differently.
+RenderedPrompt render_and_encode(const ModelChatTemplate& model_template, const Tokenizer& tokenizer,
+                                 ChatTemplateInputs inputs);
+
 }  // namespace journey
