@@ -128,21 +128,28 @@ int main(int argc, char** argv) {
   ok = check(streamed && streamed->status == 200 && chunks > 0 && events.find("data: [DONE]") != std::string::npos,
              "streamed completion arrives as SSE chunks ending with data: [DONE]") && ok;
 
-  // 5. /metrics: Prometheus text; the KV blocks are all free again once the requests are done.
-  auto metrics = client.Get("/metrics", auth);
-  std::string kv_used_line;
-  if (metrics) {
-    std::istringstream m(metrics->body);
-    std::cout << "\n  GET /metrics (a few lines):\n";
-    for (std::string line; std::getline(m, line);) {
-      if (line.empty() || line[0] == '#') continue;
-      if (line.find("kv_blocks_used") != std::string::npos) kv_used_line = line;
-      if (line.find("tokens_total") != std::string::npos || line.find("kv_blocks") != std::string::npos ||
-          line.find("prefix_cache") != std::string::npos || line.find("requests_") != std::string::npos)
-        std::cout << "    " << line << "\n";
-    }
-    std::cout << "\n";
+  // 5. /metrics: Prometheus text. The engine thread frees a finished sequence's blocks right after
+  // its last event is queued, so the count may need a moment to reach 0: poll briefly.
+  std::string metrics_text, kv_used_line;
+  for (int attempt = 0; attempt < 40; ++attempt) {
+    auto metrics = client.Get("/metrics", auth);
+    if (!metrics) break;
+    metrics_text = metrics->body;
+    std::istringstream m(metrics_text);
+    for (std::string line; std::getline(m, line);)
+      if (line.rfind("journey:kv_blocks_used ", 0) == 0) kv_used_line = line;
+    if (kv_used_line.size() > 1 && kv_used_line.substr(kv_used_line.rfind(' ') + 1) == "0") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  std::cout << "\n  GET /metrics (a few lines):\n";
+  std::istringstream m(metrics_text);
+  for (std::string line; std::getline(m, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line.find("tokens_total") != std::string::npos || line.find("kv_blocks") != std::string::npos ||
+        line.find("prefix_cache") != std::string::npos || line.find("requests_") != std::string::npos)
+      std::cout << "    " << line << "\n";
+  }
+  std::cout << "\n";
   ok = check(!kv_used_line.empty() && kv_used_line.substr(kv_used_line.rfind(' ') + 1) == "0",
              "after the requests every KV block is free (" + kv_used_line + ")") && ok;
 
