@@ -3,7 +3,7 @@
 //   journey serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--api-key KEY]
 //                 [--served-model-name NAME] [--max-num-seqs N] [--max-num-batched-tokens N]
 //                 [--block-size 16] [--kv-cache-memory BYTES | --num-kv-blocks N]
-//                 [--rate-limit N] [--threads N]
+//                 [--rate-limit N] [--threads N] [--trace-dir DIR]
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -99,6 +99,8 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-body-bytes", args->server.max_body_bytes, "largest request body accepted");
   cmd->add_option("--threads", args->threads, "CPU threads for the model (0 = all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", args->device, device_flag_help())->capture_default_str();
+  cmd->add_option("--trace-dir", args->server.trace_dir,
+                  "requests with \"journey_trace\": true write a trace dump to DIR/<request id>/ (default: off)");
   cmd->callback([args] { run_serve(*args); });
 }
 

@@ -1,9 +1,12 @@
 #include "engine/llm_engine.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
 #include "text/tokenizer.h"
+#include "trace/dump_sink.h"
 
 namespace journey {
 
@@ -14,6 +17,7 @@ struct LLMEngine::Request {
   Sampler sampler;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;
   StopStringMatcher stop;     // holds back text that may still become a stop string
+  int trace_steps = 0;        // steps recorded so far (traced requests only)
   Request(EngineRequest req, int64_t id)
       : request(std::move(req)), sampler(request.params, request.prompt), stop(request.stop) {
     seq.id = id;
@@ -90,6 +94,11 @@ int64_t LLMEngine::add_request(EngineRequest request) {
   auto r = std::make_unique<Request>(std::move(request), id);  // validates the sampling params
   if (tokenizer_ != nullptr) r->detokenizer = std::make_unique<IncrementalDetokenizer>(*tokenizer_, r->seq.tokens.back());
   scheduler_.add(&r->seq);  // throws when the pool can never hold it
+  if (r->request.trace) {
+    nlohmann::json& settings = r->request.trace->manifest().settings;
+    settings["engine_request_id"] = id;
+    settings["kv_cache"] = {{"block_size", blocks_.block_size()}, {"num_blocks", blocks_.num_blocks()}};
+  }
   prompt_tokens_total_ += prompt_len;
   requests_.emplace(id, std::move(r));
   return id;
@@ -105,8 +114,67 @@ void LLMEngine::abort_request(int64_t request_id) {
   out.prompt_tokens = r.seq.num_prompt_tokens;
   out.output_tokens = r.seq.num_output_tokens();
   scheduler_.finish(&r.seq);
+  if (r.request.trace) trace_finish(r, out);
   aborted_.push_back(std::move(out));
   requests_.erase(it);
+}
+
+void LLMEngine::trace_step(Request& r, const SchedulerOutput& plan, size_t index) {
+  DumpSink& sink = *r.request.trace;
+  const Sequence& seq = r.seq;
+  const int64_t fed = plan.scheduled[index].num_tokens;
+  const int64_t start = seq.num_computed_tokens - fed;  // commit() already advanced it
+  // A decode feeds the one token sampled last; anything else (a prefill chunk, the recompute
+  // after a preemption) feeds prompt or earlier tokens and counts as a prefill step.
+  const bool decode = fed == 1 && start >= seq.num_prompt_tokens;
+  std::vector<int64_t> positions(static_cast<size_t>(fed));  // [T]
+  for (int64_t i = 0; i < fed; ++i) positions[static_cast<size_t>(i)] = start + i;
+  sink.set_step(r.trace_steps++, decode ? "decode" : "prefill", std::move(positions));
+
+  const auto begin = seq.tokens.begin() + start;
+  std::vector<int32_t> fed_ids(begin, begin + fed);  // [T]
+  if (sink.wants(Stage::token_ids, -1)) sink.record_ints(Stage::token_ids, -1, fed_ids, {fed});
+  const int64_t n_blocks = static_cast<int64_t>(seq.block_table.size());
+  if (sink.wants(Stage::kv_blocks, -1)) sink.record_ints(Stage::kv_blocks, -1, seq.block_table, {n_blocks});
+
+  nlohmann::json shared = nlohmann::json::array();  // blocks other sequences (or the cache) also hold
+  for (int32_t b : seq.block_table)
+    if (blocks_.ref_count(b) > 1) shared.push_back({{"block", b}, {"ref_count", blocks_.ref_count(b)}});
+  sink.manifest().steps.back().kv_cache = {
+      {"engine_step", steps_},
+      {"batch_sequences", plan.scheduled.size()},
+      {"batch_tokens", plan.num_batched_tokens},
+      {"block_size", blocks_.block_size()},
+      {"blocks", n_blocks},
+      {"slots_used", seq.num_computed_tokens},
+      {"slots_allocated", n_blocks * blocks_.block_size()},
+      {"cached_prompt_tokens", std::min(seq.num_cached_tokens, seq.num_prompt_tokens)},
+      {"shared_blocks", shared},
+      {"preemptions", seq.num_preemptions},
+  };
+}
+
+void LLMEngine::trace_sampled(Request& r, const SampledToken& token) {
+  auto piece = [this](int32_t id) {
+    return tokenizer_ != nullptr && id >= 0 && id < tokenizer_->vocab_size() ? tokenizer_->piece(id) : std::string();
+  };
+  ManifestSampled sampled{token.id, piece(token.id), token.prob, {}};
+  for (const TokenLogprob& alt : token.top) sampled.top.push_back({alt.id, piece(alt.id), std::exp(double(alt.logprob))});
+  r.request.trace->set_sampled(std::move(sampled));
+}
+
+void LLMEngine::trace_finish(Request& r, const RequestOutput& out) {
+  DumpSink& sink = *r.request.trace;
+  nlohmann::json& settings = sink.manifest().settings;
+  settings["finish_reason"] = out.aborted ? std::string("abort") : std::string(finish_reason_name(*out.finish_reason));
+  settings["output_tokens"] = r.seq.num_output_tokens();
+  if (out.aborted && !out.text.empty()) settings["error"] = out.text;
+  try {
+    sink.finish();
+  } catch (const std::exception& e) {  // a full disk must not take the engine down
+    std::fprintf(stderr, "journey: writing the trace of request %lld failed: %s\n", static_cast<long long>(r.seq.id),
+                 e.what());
+  }
 }
 
 
@@ -161,10 +229,12 @@ std::vector<RequestOutput> LLMEngine::step() {
     std::optional<SampledToken> token;
     RequestOutput out;
     try {
+      if (r.request.trace) trace_step(r, plan, i);
       if (seq.num_computed_tokens == seq.num_tokens()) {  // prefill done or a decode: sample
         const float* row = logits.last_row(i);
         token = r.sampler.sample(std::span<const float>(row, static_cast<size_t>(logits.vocab_size)));
         ++generation_tokens_total_;
+        if (r.request.trace) trace_sampled(r, *token);
       }
       out = emit(r, token);
     } catch (const std::exception& e) {
@@ -176,6 +246,7 @@ std::vector<RequestOutput> LLMEngine::step() {
       out.prompt_tokens = seq.num_prompt_tokens;
       out.output_tokens = seq.num_output_tokens();
       scheduler_.finish(&seq);
+      if (r.request.trace) trace_finish(r, out);
       outputs.push_back(std::move(out));
       requests_.erase(seq.id);
       continue;
@@ -183,6 +254,7 @@ std::vector<RequestOutput> LLMEngine::step() {
     if (!token) continue;  // a prefill chunk: nothing to report yet
     if (out.finished()) {
       scheduler_.finish(&seq);
+      if (r.request.trace) trace_finish(r, out);
       outputs.push_back(std::move(out));
       requests_.erase(seq.id);
     } else {

@@ -25,6 +25,7 @@ namespace journey {
 
 class Tokenizer;
 class IncrementalDetokenizer;
+class DumpSink;
 
 struct EngineConfig {
   int64_t block_size = 16;
@@ -43,6 +44,12 @@ struct EngineRequest {
   std::vector<int32_t> stop_token_ids;  // besides the model's EOS ids
   bool ignore_eos = false;
   std::vector<std::string> stop;     // stop strings (need a tokenizer); not part of the output
+  // Non-null: trace this request (journey serve --trace-dir). The caller fills the manifest's
+  // model, prompt and settings; the engine adds, per step it schedules this sequence, the step
+  // (kind, positions, sampled token) with the fed token_ids and the kv_blocks stage (its block
+  // table) plus the step's KV facts, and writes manifest.json before the final output is returned.
+  // Untraced requests cost one null check per scheduled sequence.
+  std::shared_ptr<DumpSink> trace;
 };
 
 
@@ -94,6 +101,11 @@ class LLMEngine {
  private:
   struct Request;
   RequestOutput emit(Request& r, const std::optional<SampledToken>& token);
+  // Tracing (only for requests with a DumpSink): one step's block table and KV facts; the token
+  // sampled at its end; the manifest written when the request ends, however it ends.
+  void trace_step(Request& r, const SchedulerOutput& plan, size_t index);
+  void trace_sampled(Request& r, const SampledToken& token);
+  void trace_finish(Request& r, const RequestOutput& out);
 
   Backend& backend_;
   const Tokenizer* tokenizer_;

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -17,6 +18,7 @@
 #include "server/engine_loop.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
+#include "trace/dump_sink.h"
 
 namespace journey::server {
 
@@ -82,6 +84,8 @@ struct Server {
   std::atomic<bool> ready{false};
   ServingParts parts;
   ModelContext ctx;
+  std::string model_hash;        // model_fingerprint, for trace manifests
+  nlohmann::json model_config;   // the config fields a trace manifest names
   std::unique_ptr<EngineLoop> loop;
 
   explicit Server(const ServerOptions& o) : options(o), limiter(o.rate_limit_per_minute) {}
@@ -140,6 +144,7 @@ struct Server {
   }
 
   void completions(const httplib::Request& req, httplib::Response& res, bool chat);
+  std::string start_trace(const std::string& id, ApiRequest& api);
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
 };
@@ -172,7 +177,46 @@ struct Exchange {
   std::string id;
   int64_t created = unix_time();
   std::string error;                  // engine failure text, if any
+  std::string trace_dir;              // the request's dump directory when traced
 };
+
+// A traced request's dump directory, with the manifest fields only the server knows (model,
+// prompt, template, settings); the engine adds the steps (llm_engine.h). Returns the directory.
+std::string Server::start_trace(const std::string& id, ApiRequest& api) {
+  if (options.trace_dir.empty())
+    throw ApiError(400, "'journey_trace' needs the server started with --trace-dir DIR", "journey_trace");
+  const std::filesystem::path dir = std::filesystem::path(options.trace_dir) / id;
+  auto sink = std::make_shared<DumpSink>(dir);
+  EngineRequest& r = api.sequences.at(0);
+  if (r.params.logprobs == 0) r.params.logprobs = 5;  // alternatives for the manifest; the response shows them only if asked
+  Manifest& m = sink->manifest();
+  m.generated_by_tool = "journey serve";
+  m.generated_by_command = api.chat ? "POST /v1/chat/completions" : "POST /v1/completions";
+  m.model.path = parts.model_path;
+  m.model.architecture = model_config.value("architecture", "");
+  m.model.config = model_config;
+  m.model.hash = model_hash;
+  m.prompt = api.prompt_text;
+  m.template_text = api.template_text;
+  for (int32_t t : r.prompt) m.tokens.push_back({t, t < ctx.tokenizer->vocab_size() ? ctx.tokenizer->piece(t) : ""});
+  const SamplingParams& p = r.params;
+  m.settings = {{"backend", parts.backend->name()},
+                {"dtype", "float32"},
+                {"request_id", id},
+                {"endpoint", api.chat ? "chat" : "completions"},
+                {"sampling",
+                 {{"temperature", p.temperature}, {"top_k", p.top_k}, {"top_p", p.top_p}, {"min_p", p.min_p},
+                  {"repetition_penalty", p.repetition_penalty}, {"frequency_penalty", p.frequency_penalty},
+                  {"presence_penalty", p.presence_penalty}, {"seed", p.seed ? json(*p.seed) : json(nullptr)},
+                  {"greedy", p.greedy()}}},
+                {"max_tokens", r.max_tokens},
+                {"stop", r.stop},
+                {"ignore_eos", r.ignore_eos},
+                {"prefix_caching", parts.engine_config.enable_prefix_caching},
+                {"batched", "activations of batched steps are not recorded (docs/serving.md)"}};
+  r.trace = std::move(sink);
+  return dir.string();
+}
 
 void absorb(Exchange& ex, const ModelContext& ctx, const StreamEvent& ev, json* chunk_choice) {
   ChoiceState& c = ex.choices[ev.choice];
@@ -227,6 +271,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
   ex->role_sent.assign(n, false);
   ex->id = random_id(chat ? "chatcmpl-" : "cmpl-");
   int64_t prompt_tokens = static_cast<int64_t>(ex->api.sequences[0].prompt.size());
+  if (ex->api.trace) ex->trace_dir = start_trace(ex->id, ex->api);
   ex->ids = loop->submit(ex->api.sequences, ex->stream);  // journey::Error -> 400
 
   auto usage = [ex, prompt_tokens] {
@@ -279,6 +324,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
             }
             json response = {{"id", ex->id}, {"object", chat ? "chat.completion" : "text_completion"},
                              {"created", ex->created}, {"model", model}, {"choices", choices}, {"usage", usage()}};
+            if (!ex->trace_dir.empty()) response["journey_trace"] = ex->trace_dir;
             body = dump(response);
           }
           bool written = sink.write(body.data(), body.size());
@@ -327,15 +373,19 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         }
         json choice;
         absorb(*ex, ctx, *ev, &choice);
+        json data = chunk(json::array({choice}));
+        // The dump is complete once the request finished: the chunk that says so names it.
+        if (!ex->trace_dir.empty() && ex->finished == static_cast<int>(n)) data["journey_trace"] = ex->trace_dir;
         if (!ex->error.empty()) {
           write("data: " + dump(error_body(ex->error, "internal_error", "", "")) + "\n\n");
-        } else if (!write("data: " + dump(chunk(json::array({choice}))) + "\n\n")) {
+        } else if (!write("data: " + dump(data) + "\n\n")) {
           return false;  // the client is gone: the releaser aborts the sequences
         }
         if (ex->finished == static_cast<int>(n)) {
           if (ex->api.include_usage) {
             json last = chunk(json::array());
             last["usage"] = usage();
+            if (!ex->trace_dir.empty()) last["journey_trace"] = ex->trace_dir;
             if (!write("data: " + dump(last) + "\n\n")) return false;
           }
           if (!write("data: [DONE]\n\n")) return false;
@@ -453,6 +503,16 @@ void run_server(const ServerOptions& options, std::function<void(ServingParts&)>
       auto engine = std::make_unique<LLMEngine>(*state.parts.backend, state.parts.engine_config, state.parts.tokenizer.get());
       state.ctx.max_model_len = engine->max_model_len();
       state.ctx.eos_ids = state.parts.engine_config.eos_token_ids;
+      if (!options.trace_dir.empty()) {
+        const ModelConfig& c = state.parts.backend->config();
+        state.model_config = {{"architecture", c.architecture}, {"hidden_size", c.hidden_size},
+                              {"num_hidden_layers", c.num_layers}, {"num_attention_heads", c.num_heads},
+                              {"num_key_value_heads", c.num_kv_heads}, {"head_dim", c.head_dim},
+                              {"vocab_size", c.vocab_size}, {"max_position_embeddings", c.max_position_embeddings}};
+        state.model_hash = model_fingerprint(state.parts.model_path);
+        std::fprintf(stderr, "journey serve: requests with \"journey_trace\": true dump to %s/<id>/\n",
+                     options.trace_dir.c_str());
+      }
       std::fprintf(stderr, "journey serve: %s ready on http://%s:%d (%lld KV blocks of %lld tokens, context %lld)\n",
                    options.served_model_name.c_str(), options.host.c_str(), options.port,
                    static_cast<long long>(engine->num_kv_blocks()),

@@ -23,6 +23,7 @@ struct ServerOptions {
   int rate_limit_per_minute = 0;   // per API key (or client address); 0 = off
   size_t max_body_bytes = 1 << 20;
   int http_threads = 64;           // every open request holds one (cmd_serve: >= max_num_seqs + 16)
+  std::string trace_dir;           // non-empty: requests with "journey_trace": true dump to trace_dir/<id>/
 };
 
 

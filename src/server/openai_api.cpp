@@ -88,6 +88,8 @@ std::vector<std::string> get_stop(const json& body) {
 ApiRequest parse_common(const json& body, const ModelContext& ctx, std::vector<int32_t> prompt, int64_t max_tokens) {
   ApiRequest req;
   req.n = static_cast<int>(get_int(body, "n", 1, 1, 16));
+  req.trace = get_bool(body, "journey_trace", false);
+  if (req.trace && req.n != 1) bad("journey_trace", cat("'journey_trace' traces one sequence; 'n' must be 1, got ", req.n));
   req.stream = get_bool(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) bad("stream_options", cat("'stream_options' must be an object, got ", so->type_name()));
@@ -162,7 +164,7 @@ std::vector<int32_t> encode_text(const std::string& text, const ModelContext& ct
   return {ids.begin(), ids.end()};
 }
 
-std::vector<int32_t> encode_chat(const json& messages, const ModelContext& ctx) {
+std::vector<int32_t> encode_chat(const json& messages, const ModelContext& ctx, std::string* rendered) {
   if (!messages.is_array()) bad("messages", cat("'messages' must be an array, got ", messages.type_name()));
   if (messages.empty()) bad("messages", "'messages' must hold at least one message");
   ChatTemplateInputs inputs;
@@ -198,6 +200,7 @@ std::vector<int32_t> encode_chat(const json& messages, const ModelContext& ctx) 
   } catch (const Error& e) {
     bad("messages", cat("the chat template failed: ", e.what()));
   }
+  if (rendered) *rendered = prompt.text;
   return {prompt.ids.begin(), prompt.ids.end()};
 }
 
@@ -229,7 +232,8 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& ctx) {
   check_model(body, ctx);
   const json* messages = field(body, "messages");
   if (!messages) bad("messages", "'messages' is required");
-  std::vector<int32_t> ids = encode_chat(*messages, ctx);
+  std::string rendered;
+  std::vector<int32_t> ids = encode_chat(*messages, ctx, &rendered);
   bool want_logprobs = get_bool(body, "logprobs", false);
   int top = static_cast<int>(get_int(body, "top_logprobs", 0, 0, kMaxLogprobs));
   if (top > 0 && !want_logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
@@ -239,6 +243,8 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& ctx) {
   if (field(body, "max_tokens")) max_tokens = get_int(body, "max_tokens", 0, 1, std::numeric_limits<int64_t>::max());
   ApiRequest req = parse_common(body, ctx, std::move(ids), max_tokens);
   req.chat = true;
+  req.template_text = std::move(rendered);
+  req.prompt_text = messages->dump(-1, ' ', false, json::error_handler_t::replace);  // for the trace manifest
   req.logprobs = want_logprobs;
   req.top_logprobs = top;
   for (EngineRequest& r : req.sequences) r.params.logprobs = top;

@@ -45,6 +45,8 @@ struct ApiRequest {
   int top_logprobs = 0;       // alternatives per token
   bool echo = false;          // completions: prompt text before the completion
   std::string prompt_text;    // completions: for echo
+  std::string template_text;  // chat: the rendered template the prompt ids encode
+  bool trace = false;         // "journey_trace": true (needs journey serve --trace-dir)
   int n = 1;
   std::vector<EngineRequest> sequences;  // [n]
 };
@@ -53,7 +55,8 @@ ApiRequest parse_completion_request(const json& body, const ModelContext& ctx);
 ApiRequest parse_chat_request(const json& body, const ModelContext& ctx);
 
 // The prompt token ids of a chat conversation (template applied) or plain text (with BOS).
-std::vector<int32_t> encode_chat(const json& messages, const ModelContext& ctx);
+// rendered (optional) receives the template text.
+std::vector<int32_t> encode_chat(const json& messages, const ModelContext& ctx, std::string* rendered = nullptr);
 std::vector<int32_t> encode_text(const std::string& text, const ModelContext& ctx);
 
 // Per choice, what the HTTP handler accumulates for the final response.

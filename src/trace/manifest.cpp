@@ -93,6 +93,7 @@ json manifest_to_json(const Manifest& m) {
   for (const auto& s : m.steps) {
     json step = {{"step", s.step}, {"kind", s.kind}, {"positions", s.positions}};
     if (s.sampled) step["sampled"] = sampled_to_json(*s.sampled);
+    if (!s.kv_cache.is_null()) step["kv_cache"] = s.kv_cache;
     steps.push_back(step);
   }
   json tensors = json::array();
@@ -151,6 +152,7 @@ Manifest manifest_from_json(const json& j, const std::string& where) {
       fail(where, ": ", ctx, ".kind is \"", step.kind, "\", expected \"prefill\" or \"decode\"");
     step.positions = field_or<std::vector<int64_t>>(s, "positions", {}, where, ctx);
     if (s.contains("sampled") && !s.at("sampled").is_null()) step.sampled = sampled_from_json(s.at("sampled"), where, ctx + ".sampled");
+    if (s.contains("kv_cache")) step.kv_cache = s.at("kv_cache");
     m.steps.push_back(step);
   }
   for (const auto& t : field_or<json>(j, "tensors", json::array(), where, "the manifest")) {

@@ -39,6 +39,9 @@ struct ManifestStep {
   std::string kind;                 // "prefill" or "decode"
   std::vector<int64_t> positions;   // [T] positions of the tokens fed in this step
   std::optional<ManifestSampled> sampled;
+  // Served requests only (journey serve --trace-dir): the sequence's KV-cache facts at this step
+  // (block size, slots used, prefix-cache hits, shared blocks; docs/serving.md). Null: absent.
+  nlohmann::json kv_cache = nullptr;
 };
 
 struct ManifestTensor {
