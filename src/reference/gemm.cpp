@@ -24,10 +24,6 @@
 #include <cstring>
 #include <utility>
 
-// GCC warns that passing 32- and 64-byte vectors by value changes the ABI when the file is built
-// without AVX; every function that does so here is internal and inlined, so there is no ABI.
-#pragma GCC diagnostic ignored "-Wpsabi"
-
 namespace journey::ops::gemm {
 
 namespace {
@@ -50,10 +46,8 @@ template <int kLanes>
 using Vec = typename VecOf<kLanes>::type;
 
 template <int kLanes>
-[[gnu::always_inline]] inline Vec<kLanes> load(const float* p) {
-  Vec<kLanes> v;
+[[gnu::always_inline]] inline void load(Vec<kLanes>& v, const float* p) {
   std::memcpy(&v, p, sizeof v);  // an unaligned load: rows start anywhere
-  return v;
 }
 
 // One folding step of sum_lanes. Both inputs hold segments of `width` partial sums; the result
@@ -67,9 +61,10 @@ constexpr int half_lane(int lanes, int width, int i, bool upper) {
 }
 
 template <int kLanes, int kWidth, std::size_t... I>
-[[gnu::always_inline]] inline Vec<kLanes> fold(Vec<kLanes> a, Vec<kLanes> b, std::index_sequence<I...>) {
-  return __builtin_shufflevector(a, b, half_lane(kLanes, kWidth, int(I), false)...) +
-         __builtin_shufflevector(a, b, half_lane(kLanes, kWidth, int(I), true)...);
+[[gnu::always_inline]] inline void fold(const Vec<kLanes>& a, const Vec<kLanes>& b, Vec<kLanes>& folded,
+                                        std::index_sequence<I...>) {
+  folded = __builtin_shufflevector(a, b, half_lane(kLanes, kWidth, int(I), false)...) +
+           __builtin_shufflevector(a, b, half_lane(kLanes, kWidth, int(I), true)...);
 }
 
 // v[0 .. kCount) hold segments of kWidth partial sums; fold pairs until one vector of kLanes
@@ -78,7 +73,7 @@ template <int kLanes, int kWidth, int kCount>
 [[gnu::always_inline]] inline void fold_all(Vec<kLanes>* v) {
   if constexpr (kWidth > 1) {
     for (int i = 0; i < kCount / 2; ++i)
-      v[i] = fold<kLanes, kWidth>(v[2 * i], v[2 * i + 1], std::make_index_sequence<kLanes>());
+      fold<kLanes, kWidth>(v[2 * i], v[2 * i + 1], v[i], std::make_index_sequence<kLanes>());
     fold_all<kLanes, kWidth / 2, kCount / 2>(v);
   }
 }
@@ -107,9 +102,10 @@ template <int kLanes, int kTokens, int kRows>
   int64_t k = k_begin;
   for (; k + kLanes <= k_end; k += kLanes) {
     V xs[kTokens];  // x[t, k .. k + kLanes) of each token of the tile
-    for (int t = 0; t < kTokens; ++t) xs[t] = load<kLanes>(x + t * in + k);
+    for (int t = 0; t < kTokens; ++t) load<kLanes>(xs[t], x + t * in + k);
     for (int r = 0; r < kRows; ++r) {
-      const V ws = load<kLanes>(w + r * in + k);
+      V ws;
+      load<kLanes>(ws, w + r * in + k);
       for (int t = 0; t < kTokens; ++t) acc[t * kRows + r] += xs[t] * ws;
     }
   }
