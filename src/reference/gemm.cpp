@@ -24,6 +24,10 @@
 #include <cstring>
 #include <utility>
 
+// GCC notes that returning 32- and 64-byte vectors changes the ABI when the file is built without
+// AVX; every function that does so here is internal and always inlined, so no ABI is involved.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace journey::ops::gemm {
 
 namespace {
@@ -37,17 +41,28 @@ namespace {
 template <int kLanes>
 struct VecOf;
 template <>
-struct VecOf<4> { typedef float type __attribute__((vector_size(16))); };
+struct VecOf<4> {
+  typedef float type __attribute__((vector_size(16)));
+  typedef float unaligned __attribute__((vector_size(16), aligned(4), may_alias));  // to load from any float
+};
 template <>
-struct VecOf<8> { typedef float type __attribute__((vector_size(32))); };
+struct VecOf<8> {
+  typedef float type __attribute__((vector_size(32)));
+  typedef float unaligned __attribute__((vector_size(32), aligned(4), may_alias));  // to load from any float
+};
 template <>
-struct VecOf<16> { typedef float type __attribute__((vector_size(64))); };
+struct VecOf<16> {
+  typedef float type __attribute__((vector_size(64)));
+  typedef float unaligned __attribute__((vector_size(64), aligned(4), may_alias));  // to load from any float
+};
 template <int kLanes>
 using Vec = typename VecOf<kLanes>::type;
 
 template <int kLanes>
-[[gnu::always_inline]] inline void load(Vec<kLanes>& v, const float* p) {
-  std::memcpy(&v, p, sizeof v);  // an unaligned load: rows start anywhere
+[[gnu::always_inline]] inline Vec<kLanes> load(const float* p) {
+  // An unaligned load (rows start anywhere). Not memcpy: GCC then copies x's rows through the
+  // stack instead of loading straight into registers (measured: 15% slower steps).
+  return *reinterpret_cast<const typename VecOf<kLanes>::unaligned*>(p);
 }
 
 // One folding step of sum_lanes. Both inputs hold segments of `width` partial sums; the result
@@ -102,10 +117,9 @@ template <int kLanes, int kTokens, int kRows>
   int64_t k = k_begin;
   for (; k + kLanes <= k_end; k += kLanes) {
     V xs[kTokens];  // x[t, k .. k + kLanes) of each token of the tile
-    for (int t = 0; t < kTokens; ++t) load<kLanes>(xs[t], x + t * in + k);
+    for (int t = 0; t < kTokens; ++t) xs[t] = load<kLanes>(x + t * in + k);
     for (int r = 0; r < kRows; ++r) {
-      V ws;
-      load<kLanes>(ws, w + r * in + k);
+      const V ws = load<kLanes>(w + r * in + k);
       for (int t = 0; t < kTokens; ++t) acc[t * kRows + r] += xs[t] * ws;
     }
   }
