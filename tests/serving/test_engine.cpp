@@ -108,8 +108,10 @@ TEST_CASE("paged attention: a scattered block table gives the same logits as a c
   ForwardBatch alone;
   alone.sequences.push_back({2, other, 0, {20, 21, 22}, true});
   ForwardOutput solo = backend.forward(alone);
-  CHECK(max_abs_diff(together.row(0), contiguous.row(0), 22 * V) <= 1e-5f);
-  CHECK(max_abs_diff(together.row(together.row_begin[1]), solo.row(0), 9 * V) <= 1e-5f);
+  // A batch of 31 rows runs the projections with another blocking (and, below 17 rows, another
+  // kernel) than 22 or 9 rows, so sums are ordered differently: the same 1e-4 as the decode loop.
+  CHECK(max_abs_diff(together.row(0), contiguous.row(0), 22 * V) <= 1e-4f);
+  CHECK(max_abs_diff(together.row(together.row_begin[1]), solo.row(0), 9 * V) <= 1e-4f);
 }
 
 TEST_CASE("continuous batching: greedy tokens alone == inside a batch of 16 mixed requests") {
