@@ -103,16 +103,17 @@ void linear(float* y, const float* x, const float* weight, const float* bias, in
   // so that chunk edges stay aligned to SIMD width.
   const int64_t n_chunks = std::max<int64_t>(1, std::min<int64_t>(threads, out / 16));
   const int64_t chunk = ((out + n_chunks - 1) / n_chunks + 15) / 16 * 16;
-  // Up to kGemmMaxTokens tokens (decode; batched decode of up to 16 sequences) the register-tiled
-  // kernel of gemm.cpp runs, beyond that Eigen's packed GEMM. Measured on a 2-core AVX-512 Xeon
-  // (docs/performance.md): one token, both at the memory bandwidth; 16 tokens, the kernel ~15%
-  // faster on single products, about even in the engine's step; 32 tokens, Eigen ~8% faster.
+  // From 2 to kGemmMaxTokens tokens (batched decode of up to 16 sequences) the register-tiled
+  // kernel of gemm.cpp runs; one token (decode) and more than 16 use Eigen. Measured on a 2-core
+  // AVX-512 Xeon (docs/performance.md): one token, Eigen's GEMV decodes the 1.1B shape at 4.35 tok/s
+  // against 2.7-3.7 for the kernel; 16 tokens, the kernel ~15% faster on single products, about
+  // even in the engine's step; 32 tokens, Eigen ~8% faster.
   constexpr int64_t kGemmMaxTokens = 16;
   const gemm::Isa isa = gemm::best_isa();
   auto rows = [&](int64_t begin) {
     const int64_t end = std::min(out, begin + chunk);
     if (end <= begin) return;
-    if (T <= kGemmMaxTokens) {
+    if (T > 1 && T <= kGemmMaxTokens) {
       gemm::linear_rows(isa, y, x, weight, bias, T, in, out, begin, end);
       return;
     }
