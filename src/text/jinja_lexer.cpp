@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "text/jinja_internal.h"
+#include "text/utf8.h"
 
 namespace journey::jinja {
 namespace {
@@ -179,7 +180,7 @@ class Lexer {
             if (!std::isxdigit(static_cast<unsigned char>(src_[pos + k]))) error_at(pos, "invalid \\u or \\x escape in string literal");
           char32_t cp = static_cast<char32_t>(std::stoul(src_.substr(pos, digits), nullptr, 16));
           pos += digits;
-          append_utf8(out, cp);
+          out += utf8::encode(cp);
           break;
         }
         default: out += '\\'; out += e;  // Python keeps unknown escapes as written
@@ -188,24 +189,6 @@ class Lexer {
     if (pos >= src_.size()) error_at(start, "unterminated string literal");
     ++pos;
     return out;
-  }
-
-  static void append_utf8(std::string& out, char32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
   }
 
   void line_column(std::size_t offset, int* line, int* column) const {
