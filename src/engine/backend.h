@@ -37,6 +37,23 @@ struct ForwardOutput {
   const float* last_row(size_t i) const { return row(row_begin[i + 1] - 1); }
 };
 
+// What every backend checks when it is built: positive sizes, whole query groups per KV head (GQA)
+// and an even head_dim (RoPE rotates pairs). Returns head_dim (config's, else hidden / heads).
+// Throws journey::Error naming `where` (the model path) and the offending fields.
+inline int64_t validate_model_shape(const ModelConfig& c, const std::string& where) {
+  if (c.hidden_size <= 0 || c.intermediate_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 ||
+      c.num_kv_heads <= 0 || c.vocab_size <= 0)
+    fail(where, ": config has a non-positive size (hidden ", c.hidden_size, ", intermediate ", c.intermediate_size,
+         ", layers ", c.num_layers, ", heads ", c.num_heads, ", kv heads ", c.num_kv_heads, ", vocab ", c.vocab_size,
+         ")");
+  if (c.num_heads % c.num_kv_heads != 0)
+    fail(where, ": num_attention_heads (", c.num_heads, ") is not a multiple of num_key_value_heads (",
+         c.num_kv_heads, ")");
+  const int64_t head_dim = c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_heads;
+  if (head_dim % 2 != 0) fail(where, ": head_dim ", head_dim, " is odd; rotary embeddings rotate pairs of dimensions");
+  return head_dim;
+}
+
 // What every backend checks before a forward pass: a KV pool exists, every sequence feeds tokens
 // with ids in [0, V), stays inside the context, and has a block table covering its positions with
 // blocks inside the pool. Throws journey::Error naming the sequence, the field and the bound.

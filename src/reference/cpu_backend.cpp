@@ -94,18 +94,10 @@ CpuBackend::CpuBackend(const LoadedModel& model, const CpuOptions& options)
     : config_(model.config), options_(options) {
   const ModelConfig& c = config_;
   const std::string where = model.path.empty() ? std::string("the model") : model.path.string();
-  if (c.hidden_size <= 0 || c.intermediate_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 ||
-      c.num_kv_heads <= 0 || c.vocab_size <= 0)
-    fail(where, ": config has a non-positive size (hidden ", c.hidden_size, ", intermediate ", c.intermediate_size,
-         ", layers ", c.num_layers, ", heads ", c.num_heads, ", kv heads ", c.num_kv_heads, ", vocab ", c.vocab_size,
-         ")");
-  if (c.num_heads % c.num_kv_heads != 0)
-    fail(where, ": num_attention_heads (", c.num_heads, ") is not a multiple of num_key_value_heads (",
-         c.num_kv_heads, ")");
+  D_ = validate_model_shape(c, where);
   E_ = c.hidden_size, F_ = c.intermediate_size, L_ = c.num_layers, H_ = c.num_heads, KVH_ = c.num_kv_heads;
-  D_ = c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_heads, V_ = c.vocab_size;
+  V_ = c.vocab_size;
   config_.head_dim = D_;
-  if (D_ % 2 != 0) fail(where, ": head_dim ", D_, " is odd; rotary embeddings rotate pairs of dimensions");
   threads_ = options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   // The ops split work across threads_ themselves; Eigen's own GEMM threading would add threads on
   // top (inside a one-thread region it still spawns its own), so it is switched off.
