@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -67,6 +68,7 @@ void run_serve(ServeArgs args) {
   if (args.server.served_model_name.empty())
     args.server.served_model_name = std::filesystem::path(args.model).filename().string();
   args.engine.enable_prefix_caching = !args.no_prefix_caching;
+  args.engine.sampling_threads = args.threads > 0 ? args.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   // Every open request holds an HTTP worker until it finishes, so the pool must outnumber the
   // sequences the engine can run at once; otherwise requests queue in the pool, not the scheduler.
   args.server.http_threads = static_cast<int>(

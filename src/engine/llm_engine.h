@@ -35,6 +35,9 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   std::vector<int32_t> eos_token_ids;  // empty: the model config's (see collect_eos_ids in stop.h)
   SchedulerConfig scheduler;
+  // Threads that draw the tokens of a step's sequences in parallel (each sequence has its own
+  // sampler, so the draws are independent); `journey serve` uses the backend's thread count.
+  int sampling_threads = 1;
 };
 
 struct EngineRequest {
@@ -110,6 +113,7 @@ class LLMEngine {
   Backend& backend_;
   const Tokenizer* tokenizer_;
   int64_t max_model_len_ = 0;
+  int sampling_threads_ = 1;
   std::vector<int32_t> eos_ids_;
   BlockManager blocks_;
   Scheduler scheduler_;

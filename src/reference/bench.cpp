@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/huge_pages.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -48,7 +49,8 @@ double load_average() {
 double measure_read_bandwidth(int threads, size_t bytes) {
   threads = resolve_threads(threads);
   const int64_t n = int64_t(bytes / sizeof(float));
-  std::vector<float> buffer(static_cast<size_t>(n));  // [n] written first so every page is really mapped
+  // [n] in huge pages like the weights (core/huge_pages.h), written first so every page is mapped
+  HugePageFloats buffer(static_cast<size_t>(n));
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < n; ++i) buffer[size_t(i)] = float(i & 1023);
   double best = 0;

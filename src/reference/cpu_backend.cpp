@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/huge_pages.h"
 #include "reference/ops.h"
 #include "trace/sink.h"
 
@@ -21,21 +22,22 @@ namespace journey {
 
 namespace {
 
+// Weights live in huge pages (core/huge_pages.h): every decode step streams all of them.
 struct LayerWeights {
-  std::vector<float> attn_norm;  // [E]
-  std::vector<float> wq, wk, wv; // [H*D, E], [KVH*D, E], [KVH*D, E]
-  std::vector<float> bq, bk, bv; // [H*D], [KVH*D], [KVH*D]   (Qwen2; empty otherwise)
-  std::vector<float> q_norm;     // [D]                       (Qwen3; empty otherwise)
-  std::vector<float> k_norm;     // [D]                       (Qwen3; empty otherwise)
-  std::vector<float> wo;         // [E, H*D]
-  std::vector<float> ffn_norm;   // [E]
-  std::vector<float> w_gate;     // [F, E]
-  std::vector<float> w_up;       // [F, E]
-  std::vector<float> w_down;     // [E, F]
+  HugePageFloats attn_norm;  // [E]
+  HugePageFloats wq, wk, wv; // [H*D, E], [KVH*D, E], [KVH*D, E]
+  HugePageFloats bq, bk, bv; // [H*D], [KVH*D], [KVH*D]   (Qwen2; empty otherwise)
+  HugePageFloats q_norm;     // [D]                       (Qwen3; empty otherwise)
+  HugePageFloats k_norm;     // [D]                       (Qwen3; empty otherwise)
+  HugePageFloats wo;         // [E, H*D]
+  HugePageFloats ffn_norm;   // [E]
+  HugePageFloats w_gate;     // [F, E]
+  HugePageFloats w_up;       // [F, E]
+  HugePageFloats w_down;     // [E, F]
 };
 
 // One tensor widened to f32, after checking that it exists with the shape the config implies.
-std::vector<float> load_tensor(const WeightStore& weights, const std::string& name, std::vector<int64_t> shape) {
+HugePageFloats load_tensor(const WeightStore& weights, const std::string& name, std::vector<int64_t> shape) {
   const TensorRef& t = weights.get(name);
   if (t.shape != shape) {
     auto show = [](const std::vector<int64_t>& s) {
@@ -48,7 +50,8 @@ std::vector<float> load_tensor(const WeightStore& weights, const std::string& na
   }
   if (!dtype_is_float(t.dtype) && t.dtype != DType::Q8_0 && t.dtype != DType::Q4_0)
     fail("tensor ", name, " in ", t.source, ": expected a float or quantized weight type, found ", dtype_name(t.dtype));
-  return t.to_f32();
+  const std::vector<float> widened = t.to_f32();
+  return HugePageFloats(widened.begin(), widened.end());
 }
 
 TraceTensor trace_view(const std::vector<float>& buffer, std::vector<int64_t> shape) {
@@ -80,14 +83,14 @@ class CpuBackend : public Backend {
   int threads_ = 1;
   int64_t E_, F_, L_, H_, KVH_, D_, V_;  // hidden, FFN, layers, heads, kv heads, head_dim, vocab
 
-  std::vector<float> embed_tokens_;  // [V, E]
+  HugePageFloats embed_tokens_;      // [V, E]
   std::vector<LayerWeights> layers_; // [L]
-  std::vector<float> final_norm_;    // [E]
-  std::vector<float> lm_head_own_;   // [V, E] (empty when tied to embed_tokens_)
+  HugePageFloats final_norm_;        // [E]
+  HugePageFloats lm_head_own_;       // [V, E] (empty when tied to embed_tokens_)
   const float* lm_head_ = nullptr;   // [V, E]
 
   int64_t num_blocks_ = 0, block_size_ = 0;
-  std::vector<std::vector<float>> k_pool_, v_pool_;  // [L][num_blocks, block_size, KVH, D]
+  std::vector<HugePageFloats> k_pool_, v_pool_;  // [L][num_blocks, block_size, KVH, D]
 };
 
 CpuBackend::CpuBackend(const LoadedModel& model, const CpuOptions& options)
@@ -143,8 +146,8 @@ void CpuBackend::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
     fail("KV cache: num_blocks (", num_blocks, ") and block_size (", block_size, ") must be positive");
   num_blocks_ = num_blocks, block_size_ = block_size;
   const size_t floats = size_t(num_blocks * block_size * KVH_ * D_);
-  k_pool_.assign(size_t(L_), std::vector<float>(floats, 0.0f));
-  v_pool_.assign(size_t(L_), std::vector<float>(floats, 0.0f));
+  k_pool_.assign(size_t(L_), HugePageFloats(floats, 0.0f));
+  v_pool_.assign(size_t(L_), HugePageFloats(floats, 0.0f));
 }
 
 void CpuBackend::copy_kv_block(int32_t src, int32_t dst) {
@@ -239,9 +242,14 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     JOURNEY_TRACE(sink, Stage::q_rope, il, trace_view(q, {N, H, D}));
     JOURNEY_TRACE(sink, Stage::k_rope, il, trace_view(k, {N, KVH, D}));
 
-    // per sequence: store k, v in the pool, then attend over positions [0, start + T)
-    for (size_t i = 0; i < batch.sequences.size(); ++i) {
-      const SequenceInput& s = batch.sequences[i];
+    // per sequence: store k, v in the pool, then attend over positions [0, start + T).
+    // A batch of at least `threads_` sequences (batched decode) gives each thread whole sequences;
+    // fewer (one prompt) split one sequence's heads across the threads instead. Either way a layer
+    // wakes the threads once, not once per sequence.
+    const int64_t num_sequences = int64_t(batch.sequences.size());
+    const bool across_sequences = num_sequences >= threads_;
+    auto attend = [&](int64_t i, int attention_threads) {
+      const SequenceInput& s = batch.sequences[size_t(i)];
       const int64_t r0 = first_row[i], T = first_row[i + 1] - r0, start = s.start_position, P = start + T;
       ops::kv_cache_write(k_pool_[l].data(), v_pool_[l].data(), k.data() + r0 * KVH * D, v.data() + r0 * KVH * D,
                           s.block_table.data(), T, start, block_size_, KVH, D);
@@ -251,9 +259,17 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
       if (trace_weights) weights.assign(size_t(H * T * P), 0.0f);
       ops::paged_attention(context.data() + r0 * H * D, q.data() + r0 * H * D, k_pool_[l].data(), v_pool_[l].data(),
                            s.block_table.data(), T, start, block_size_, H, KVH, D,
-                           trace_scores ? scores.data() : nullptr, trace_weights ? weights.data() : nullptr, threads_);
+                           trace_scores ? scores.data() : nullptr, trace_weights ? weights.data() : nullptr,
+                           attention_threads);
       if (trace_scores) sink->record(Stage::attn_scores, il, trace_view(scores, {H, T, P}));
       if (trace_weights) sink->record(Stage::attn_weights, il, trace_view(weights, {H, T, P}));
+    };
+    if (across_sequences) {
+      // (only a single-sequence batch records scores/weights, so the threads never share a sink)
+#pragma omp parallel for num_threads(threads_) schedule(dynamic)
+      for (int64_t i = 0; i < num_sequences; ++i) attend(i, 1);
+    } else {
+      for (int64_t i = 0; i < num_sequences; ++i) attend(i, threads_);
     }
     JOURNEY_TRACE(sink, Stage::attn_context, il, trace_view(context, {N, H * D}));
 

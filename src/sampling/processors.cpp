@@ -75,6 +75,13 @@ std::vector<float> log_softmax(std::span<const float> logits) {
   return logprobs;
 }
 
+double log_normalizer(std::span<const float> logits) {
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  double total = 0.0;  // float exp terms in [0, 1], summed in double
+  for (float logit : logits) total += std::exp(logit - max_logit);
+  return double(max_logit) + std::log(total);
+}
+
 void keep_top_k(std::span<float> probs, int k) {
   if (k <= 0 || static_cast<size_t>(k) >= probs.size()) return;
   std::vector<int32_t> ids(probs.size());  // [V]
@@ -128,6 +135,7 @@ int32_t sample_from(std::span<const float> probs, float u) {
 
 std::vector<int32_t> top_n_ids(std::span<const float> values, int n) {
   n = std::clamp(n, 0, static_cast<int>(values.size()));
+  if (n == 0) return {};
   std::vector<int32_t> ids(values.size());  // [V]
   std::iota(ids.begin(), ids.end(), 0);
   std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), by_value_desc(values));

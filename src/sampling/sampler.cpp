@@ -1,5 +1,6 @@
 #include "sampling/sampler.h"
 
+#include <cmath>
 #include <random>
 
 #include "sampling/processors.h"
@@ -30,18 +31,24 @@ Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt_i
 
 SampledToken Sampler::sample(std::span<const float> logits, TraceSink* sink) {
   SampledToken chosen;
-  std::vector<float> raw_logprobs = log_softmax(logits);  // [V] what the model itself says
+  // What the model itself says: log_softmax(logits)[id] = logits[id] - raw_log_z. Only the chosen
+  // token's and the top-N alternatives' entries are ever read, so no [V] vector is built.
+  const double raw_log_z = log_normalizer(logits);
 
   // 1. penalties, on a copy of the logits
   std::vector<float> penalized(logits.begin(), logits.end());  // [V]
   apply_repetition_penalty(penalized, seen_, params_.repetition_penalty);
   apply_frequency_presence_penalties(penalized, output_counts_, params_.frequency_penalty, params_.presence_penalty);
   JOURNEY_TRACE(sink, Stage::probs_penalized, -1, vector_tensor(penalized));
+  const bool penalties_active =
+      params_.repetition_penalty != 1.0 || params_.frequency_penalty != 0.0 || params_.presence_penalty != 0.0;
 
   if (params_.greedy()) {
-    // 2'. greedy: the most likely token after the penalties
+    // 2'. greedy: the most likely token after the penalties; its probability under the softmax of
+    // the penalized logits (the raw normalizer when no penalty changed them)
     chosen.id = argmax(penalized);
-    chosen.prob = softmax(penalized)[chosen.id];
+    const double penalized_log_z = penalties_active ? log_normalizer(penalized) : raw_log_z;
+    chosen.prob = static_cast<float>(std::exp(double(penalized[chosen.id]) - penalized_log_z));
   } else {
     // 2. temperature, then the distribution
     apply_temperature(penalized, params_.temperature);
@@ -59,8 +66,10 @@ SampledToken Sampler::sample(std::span<const float> logits, TraceSink* sink) {
     chosen.prob = probs[chosen.id];
   }
 
-  chosen.logprob = raw_logprobs[chosen.id];
-  for (int32_t id : top_n_ids(raw_logprobs, params_.logprobs)) chosen.top.push_back({id, raw_logprobs[id]});
+  auto raw_logprob = [&](int32_t id) { return static_cast<float>(double(logits[id]) - raw_log_z); };
+  chosen.logprob = raw_logprob(chosen.id);
+  // the logits rank tokens exactly as their log-softmax does (a shift by one constant)
+  for (int32_t id : top_n_ids(logits, params_.logprobs)) chosen.top.push_back({id, raw_logprob(id)});
 #if JOURNEY_TRACE_HOOKS
   if (sink != nullptr && sink->wants(Stage::sampled, -1)) {
     int32_t id = chosen.id;

@@ -32,6 +32,15 @@ TEST_CASE("softmax and log_softmax") {
   // Shift invariance and no overflow: +1000 on every logit changes nothing.
   std::vector<float> shifted = {1000.0f, 1000.0f + std::log(2.0f), 1000.0f + std::log(4.0f)};
   check_close(softmax(shifted), {1.0 / 7, 2.0 / 7, 4.0 / 7}, 1e-4);
+  // The normalizer alone: log(1 + 2 + 4), and +1000 after the shift (no overflow of exp(1000)).
+  CHECK(std::fabs(log_normalizer(logits) - std::log(7.0)) <= 1e-6);
+  CHECK(std::fabs(log_normalizer(shifted) - (1000.0 + std::log(7.0))) <= 1e-4);
+  // It is what log_softmax subtracts, on a larger random-looking row too.
+  std::vector<float> row(1000);
+  for (size_t i = 0; i < row.size(); ++i) row[i] = float(std::sin(double(i) * 12.9898) * 8.0);
+  const std::vector<float> logprobs = log_softmax(row);
+  const double log_z = log_normalizer(row);
+  for (size_t i = 0; i < row.size(); i += 97) CHECK(std::fabs(double(row[i]) - log_z - logprobs[i]) <= 1e-5);
 }
 
 TEST_CASE("temperature divides the logits") {

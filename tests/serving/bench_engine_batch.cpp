@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
     EngineConfig config;
     config.max_model_len = prompt_len + out_len + 16;
     config.scheduler.max_num_seqs = std::max<int64_t>(streams, 1);
+    config.sampling_threads = threads;
     LLMEngine engine(*backend, config);
     const char* policy = std::getenv("OMP_WAIT_POLICY");
     std::printf("threads %d, Eigen GEMM threads %d, OMP_WAIT_POLICY %s\n", threads, Eigen::nbThreads(),
