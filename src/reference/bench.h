@@ -3,6 +3,7 @@
 // weight bytes per token; prefill is matrix-matrix work, so its ceiling is the FP32 GEMM rate.
 // Both ceilings are measured in the same run as the model, so the ratios hold under the same load.
 #pragma once
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -31,15 +32,30 @@ struct BenchResult {
   double decode_bytes_per_token = 0;  // weight bytes read per decoded token (f32 as computed)
   double prefill_flops = 0;           // floating-point operations of one prefill
   Spread prefill_tok_s, decode_tok_s;
-  double bandwidth_gb_s = 0;          // measured threaded streaming read
+  // The read bandwidth is probed right after each run's decode, so each run's decode rate has a
+  // ceiling measured under the same conditions (a shared machine's bandwidth drifts between runs).
+  Spread bandwidth_runs_gb_s;         // the per-run probes
+  Spread decode_fraction;             // per run: decode tok/s / (that run's bandwidth / bytes per token)
+  double bandwidth_gb_s = 0;          // median of the per-run probes: threaded streaming read
   double gemm_gflop_s = 0;            // measured Eigen FP32 GEMM of the prefill's shape
   double decode_ceiling_tok_s() const { return bandwidth_gb_s * 1e9 / decode_bytes_per_token; }
   double prefill_ceiling_tok_s() const { return gemm_gflop_s * 1e9 / (prefill_flops / prompt_tokens); }
   double load_average = -1;           // 1-minute load average when the run started
 };
 
-// Streaming read of a buffer of `bytes` (much larger than the caches) on `threads` threads; GB/s.
-double measure_read_bandwidth(int threads, size_t bytes = size_t(2) << 30);
+// Streaming read of a buffer (much larger than the caches: 2 GiB by default) on `threads`
+// threads, each summing one contiguous slice. The buffer is allocated and mapped once, in huge
+// pages like the weights (core/huge_pages.h), so that measure() can be called between runs.
+class ReadBandwidthProbe {
+ public:
+  explicit ReadBandwidthProbe(int threads, size_t bytes = size_t(2) << 30);
+  double measure(int passes = 4);  // GB/s, the best of `passes` full reads (two read kernels, alternating)
+ private:
+  struct Buffer;
+  int threads_;
+  std::shared_ptr<Buffer> buffer_;
+};
+double measure_read_bandwidth(int threads, size_t bytes = size_t(2) << 30);  // one probe, 4 passes
 // Eigen's own multi-threaded FP32 GEMM of [M, K] x [K, N]; GFLOP/s (best of a few repetitions).
 double measure_gemm_gflops(int threads, int64_t M, int64_t K, int64_t N);
 

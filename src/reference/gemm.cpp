@@ -112,16 +112,13 @@ template <int kLanes, int kCount>
 // y[t, r] (+)= sum over k in [k_begin, k_end) of x[t, k] * w[r, k] for a kTokens x kRows tile;
 // y, x and w point at the tile's first token / weight row. The slice starting at k = 0 writes
 // bias + sum, later slices add to it.
-// Cache lines of weights to bring in while a tile computes: line i is the (i % lines_per_row)-th
-// line of row i / lines_per_row, rows `row_stride` floats apart, starting at `first`.
+// Cache lines of weights to bring into L2 while a tile computes: the lines [begin, end) of the
+// contiguous range that starts at `first`.
 struct Prefetch {
   static constexpr int64_t kFloatsPerLine = 64 / sizeof(float);
   const float* first = nullptr;
-  int64_t row_stride = 0, lines_per_row = 0;
-  int64_t begin = 0, end = 0;  // the lines this tile issues
-  [[gnu::always_inline]] void line(int64_t i) const {
-    __builtin_prefetch(first + (i / lines_per_row) * row_stride + (i % lines_per_row) * kFloatsPerLine, 0, 2);
-  }
+  int64_t begin = 0, end = 0;
+  [[gnu::always_inline]] void line(int64_t i) const { __builtin_prefetch(first + i * kFloatsPerLine, 0, 2); }
 };
 
 template <int kLanes, int kTokens, int kRows>
@@ -196,12 +193,12 @@ template <int kLanes, int kTokens, int kRows>
     const int64_t token_tiles = (T + kTokens - 1) / kTokens;
     for (int64_t o = row_begin; o < row_end; o += kRows) {
       const int rows_here = int(std::min<int64_t>(kRows, row_end - o));
-      // the next block's part of this slice, one share per token tile
+      // the next block's rows (contiguous: whole rows of W), one share per token tile; with the
+      // inputs cut into slices, the first slice brings whole rows and the others nothing
       Prefetch next;
-      next.first = weight + (o + kRows) * in + k0;
-      next.row_stride = in;
-      next.lines_per_row = (k1 - k0 + Prefetch::kFloatsPerLine - 1) / Prefetch::kFloatsPerLine;
-      const int64_t next_lines = std::clamp<int64_t>(row_end - (o + kRows), 0, kRows) * next.lines_per_row;
+      next.first = weight + (o + kRows) * in;
+      const int64_t next_floats = std::clamp<int64_t>(row_end - (o + kRows), 0, kRows) * in;
+      const int64_t next_lines = k0 == 0 ? (next_floats + Prefetch::kFloatsPerLine - 1) / Prefetch::kFloatsPerLine : 0;
       for (int64_t t = 0; t < T; t += kTokens) {
         const int tokens_here = int(std::min<int64_t>(kTokens, T - t));
         const int64_t tile_index = t / kTokens;

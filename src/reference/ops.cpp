@@ -148,7 +148,27 @@ void softmax(float* x, int64_t R, int64_t N) {
 }
 
 void swiglu(float* out, const float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  // Eigen's vectorized exp (a scalar std::exp per element took ~8 ms of a 16-token step of the
+  // 0.5B model, with the other thread idle). exp(-g) overflows to +inf for g < -88, and
+  // g / inf = -0 as silu's limit wants. Every element goes through the same vector code, in
+  // fixed blocks of 16 (the last one padded): with a plain Map, Eigen would peel a few leading
+  // elements to an aligned address and compute those with the scalar exp, so a value's last bit
+  // would depend on where its buffer happens to start.
+  using Block = Eigen::Array<float, 16, 1>;
+  auto silu_times_up = [](const float* g_in, const float* u_in, float* o_out) {
+    const Eigen::Map<const Block> g(g_in), u(u_in);
+    Eigen::Map<Block> o(o_out);
+    o = g / (1.0f + (-g).exp()) * u;
+  };
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) silu_times_up(gate + i, up + i, out + i);
+  if (i < n) {
+    float g_tail[16] = {}, u_tail[16] = {}, o_tail[16];
+    std::memcpy(g_tail, gate + i, sizeof(float) * size_t(n - i));
+    std::memcpy(u_tail, up + i, sizeof(float) * size_t(n - i));
+    silu_times_up(g_tail, u_tail, o_tail);
+    std::memcpy(out + i, o_tail, sizeof(float) * size_t(n - i));
+  }
 }
 
 void residual_add(float* out, const float* a, const float* b, int64_t n) {
