@@ -165,7 +165,7 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
   backend.forward(warm);
 
   std::unique_ptr<ReadBandwidthProbe> probe;
-  if (options.measure_ceilings) probe = std::make_unique<ReadBandwidthProbe>(r.threads);
+  if (options.measure_ceilings) probe = std::make_unique<ReadBandwidthProbe>(r.threads, options.probe_bytes);
 
   std::vector<double> prefill_rates, decode_rates, bandwidths, fractions;
   for (int run = 0; run < options.runs; ++run) {

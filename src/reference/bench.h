@@ -17,7 +17,8 @@ struct BenchOptions {
   int gen_tokens = 64;
   int threads = 0;  // 0 = all cores
   int runs = 3;
-  bool measure_ceilings = true;  // the bandwidth and GEMM measurements (seconds, 2 GiB); tests skip them
+  bool measure_ceilings = true;  // the bandwidth and GEMM measurements (seconds, 2 GiB)
+  size_t probe_bytes = size_t(2) << 30;  // the bandwidth probe's buffer: far larger than any cache (tests: small)
 };
 
 struct Spread {

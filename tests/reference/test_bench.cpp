@@ -29,6 +29,34 @@ TEST_CASE("bench: bytes per decoded token = every weight except the (untied) emb
   }
 }
 
+TEST_CASE("bench: with the ceilings measured, every run's decode has its own bandwidth probe") {
+  // A small probe buffer (the real one is 2 GiB): only the bookkeeping is checked, not the speed.
+  auto backend = make_cpu_backend(testmodel::random_model("llama"), {.threads = 2});
+  BenchResult r = run_bench(*backend, {.prompt_tokens = 4, .gen_tokens = 3, .threads = 2, .runs = 3,
+                                       .measure_ceilings = true, .probe_bytes = size_t(8) << 20});
+  CHECK(r.bandwidth_runs_gb_s.min > 0);
+  CHECK(r.bandwidth_runs_gb_s.min <= r.bandwidth_runs_gb_s.median);
+  CHECK(r.bandwidth_runs_gb_s.median <= r.bandwidth_runs_gb_s.max);
+  CHECK(r.bandwidth_gb_s == r.bandwidth_runs_gb_s.median);
+  CHECK(r.gemm_gflop_s > 0);
+  // each fraction is that run's decode rate over that run's ceiling, so the median fraction lies
+  // between the extremes of decode / ceiling over all pairings
+  const double lowest = r.decode_tok_s.min * r.decode_bytes_per_token / (r.bandwidth_runs_gb_s.max * 1e9);
+  const double highest = r.decode_tok_s.max * r.decode_bytes_per_token / (r.bandwidth_runs_gb_s.min * 1e9);
+  CHECK(r.decode_fraction.median >= lowest * (1 - 1e-9));
+  CHECK(r.decode_fraction.median <= highest * (1 + 1e-9));
+  auto json = bench_json(r);
+  CHECK(json["decode_fraction_of_ceiling_per_run"]["median"].get<double>() == doctest::Approx(r.decode_fraction.median));
+  CHECK(json["read_bandwidth_runs_gb_s"]["max"].get<double>() == doctest::Approx(r.bandwidth_runs_gb_s.max));
+  const std::string table = format_bench_table(r);
+  CHECK(table.find("each run against its own probe") != std::string::npos);
+}
+
+TEST_CASE("bench: a ReadBandwidthProbe can be measured again and again") {
+  ReadBandwidthProbe probe(2, size_t(4) << 20);
+  for (int i = 0; i < 3; ++i) CHECK(probe.measure(2) > 0);
+}
+
 TEST_CASE("bench: a run longer than the model's context is refused with the numbers") {
   auto backend = make_cpu_backend(testmodel::random_model("llama"), {.threads = 1});
   CHECK_THROWS_WITH_AS(run_bench(*backend, {.prompt_tokens = 60, .gen_tokens = 10}),

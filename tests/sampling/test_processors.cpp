@@ -1,7 +1,9 @@
 // Each logits processor on small distributions whose results are worked out by hand in the comments.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
@@ -41,6 +43,22 @@ TEST_CASE("softmax and log_softmax") {
   const std::vector<float> logprobs = log_softmax(row);
   const double log_z = log_normalizer(row);
   for (size_t i = 0; i < row.size(); i += 97) CHECK(std::fabs(double(row[i]) - log_z - logprobs[i]) <= 1e-5);
+  // The vectorized softmax (blocks of 16, a padded tail: 1000 = 62 * 16 + 8) against double
+  // arithmetic on every element, with masked (-inf) entries in the body and in the tail exactly 0.
+  row[3] = row[997] = -std::numeric_limits<float>::infinity();
+  const std::vector<float> probs = softmax(row);
+  double max_logit = -1e300, z = 0.0;
+  for (float v : row) max_logit = std::max(max_logit, double(v));
+  for (float v : row) z += std::exp(double(v) - max_logit);
+  double total = 0.0;
+  for (size_t i = 0; i < row.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::fabs(probs[i] - std::exp(double(row[i]) - max_logit) / z) <= 1e-7);
+    total += probs[i];
+  }
+  CHECK(probs[3] == 0.0f);
+  CHECK(probs[997] == 0.0f);
+  CHECK(std::fabs(total - 1.0) <= 1e-5);
 }
 
 TEST_CASE("temperature divides the logits") {
