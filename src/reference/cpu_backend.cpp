@@ -221,9 +221,11 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     JOURNEY_TRACE(sink, Stage::attn_norm, il, trace_view(xn, {N, E}));
 
     // q, k, v projections (Qwen2 adds biases)
-    ops::linear(q.data(), xn.data(), lw.wq.data(), lw.bq.empty() ? nullptr : lw.bq.data(), N, E, H * D, threads_);
-    ops::linear(k.data(), xn.data(), lw.wk.data(), lw.bk.empty() ? nullptr : lw.bk.data(), N, E, KVH * D, threads_);
-    ops::linear(v.data(), xn.data(), lw.wv.data(), lw.bv.empty() ? nullptr : lw.bv.data(), N, E, KVH * D, threads_);
+    // (one parallel region for the three: they share their input)
+    const ops::LinearTarget qkv[] = {{q.data(), lw.wq.data(), lw.bq.empty() ? nullptr : lw.bq.data(), H * D},
+                                     {k.data(), lw.wk.data(), lw.bk.empty() ? nullptr : lw.bk.data(), KVH * D},
+                                     {v.data(), lw.wv.data(), lw.bv.empty() ? nullptr : lw.bv.data(), KVH * D}};
+    ops::linear_shared_input(xn.data(), N, E, qkv, threads_);
     JOURNEY_TRACE(sink, Stage::q, il, trace_view(q, {N, H, D}));
     JOURNEY_TRACE(sink, Stage::k, il, trace_view(k, {N, KVH, D}));
     JOURNEY_TRACE(sink, Stage::v, il, trace_view(v, {N, KVH, D}));
@@ -284,8 +286,9 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     JOURNEY_TRACE(sink, Stage::ffn_norm, il, trace_view(xn, {N, E}));
 
     // gate and up projections, SwiGLU, down projection
-    ops::linear(gate.data(), xn.data(), lw.w_gate.data(), nullptr, N, E, F, threads_);
-    ops::linear(up.data(), xn.data(), lw.w_up.data(), nullptr, N, E, F, threads_);
+    const ops::LinearTarget gate_up[] = {{gate.data(), lw.w_gate.data(), nullptr, F},
+                                         {up.data(), lw.w_up.data(), nullptr, F}};
+    ops::linear_shared_input(xn.data(), N, E, gate_up, threads_);
     JOURNEY_TRACE(sink, Stage::gate, il, trace_view(gate, {N, F}));
     JOURNEY_TRACE(sink, Stage::up, il, trace_view(up, {N, F}));
     ops::swiglu(act.data(), gate.data(), up.data(), N * F);

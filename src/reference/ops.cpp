@@ -12,6 +12,10 @@
 #include <limits>
 #include <vector>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace journey::ops {
 
 namespace {
@@ -97,43 +101,75 @@ void rope(float* x, const int64_t* positions, int64_t T, int64_t heads, int64_t 
   }
 }
 
-void linear(float* y, const float* x, const float* weight, const float* bias, int64_t T, int64_t in, int64_t out,
-            int threads) {
-  // Each thread owns a contiguous block of output rows of W (columns of Y), a multiple of 16 wide
-  // so that chunk edges stay aligned to SIMD width.
-  const int64_t n_chunks = std::max<int64_t>(1, std::min<int64_t>(threads, out / 16));
-  const int64_t chunk = ((out + n_chunks - 1) / n_chunks + 15) / 16 * 16;
-  // From 2 to kGemmMaxTokens tokens (batched decode of up to 16 sequences) the register-tiled
-  // kernel of gemm.cpp runs; one token (decode) and more than 16 use Eigen. Measured on a 2-core
-  // AVX-512 Xeon (docs/performance.md): one token, Eigen's GEMV decodes the 1.1B shape at 4.35 tok/s
-  // against 2.7-3.7 for the kernel; 16 tokens, the kernel ~15% faster on single products, about
-  // even in the engine's step; 32 tokens, Eigen ~8% faster.
-  constexpr int64_t kGemmMaxTokens = 16;
-  const gemm::Isa isa = gemm::best_isa();
-  auto rows = [&](int64_t begin) {
-    const int64_t end = std::min(out, begin + chunk);
-    if (end <= begin) return;
-    if (T > 1 && T <= kGemmMaxTokens) {
-      gemm::linear_rows(isa, y, x, weight, bias, T, in, out, begin, end);
-      return;
-    }
-    ConstMatrixMap X(x, T, in);         // [T, in]
-    ConstMatrixMap W(weight, out, in);  // [out, in]
-    MatrixMap Y(y, T, out);             // [T, out]
-    // Eigen packs the weight block fastest as the right-hand side of a product with a column-major
-    // result (measured ~15% faster than writing the row-major Y directly). Inside a parallel region
-    // Eigen runs serially.
-    Eigen::MatrixXf block = X * W.middleRows(begin, end - begin).transpose();  // [T, end - begin] column-major
-    Y.middleCols(begin, end - begin) = block;
-    if (bias)
-      Y.middleCols(begin, end - begin).rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias + begin, end - begin);
-  };
-  if (n_chunks == 1) {
-    rows(0);  // no parallel region: Eigen then follows Eigen::setNbThreads (CpuBackend sets 1)
+namespace {
+
+// From 2 to kGemmMaxTokens tokens (batched decode of up to 16 sequences) the register-tiled
+// kernel of gemm.cpp runs; one token (decode) and more than 16 use Eigen. Measured on a 2-core
+// AVX-512 Xeon (docs/performance.md): one token, Eigen's GEMV decodes the 1.1B shape at 4.35 tok/s
+// against 2.7-3.7 for the kernel; 16 tokens, the kernel ~15% faster on single products, about
+// even in the engine's step; 32 tokens, Eigen ~8% faster.
+constexpr int64_t kGemmMaxTokens = 16;
+
+// Columns [begin, end) of y = x W^T (+ bias): output rows begin.. of W, all T tokens.
+void linear_block(const LinearTarget& target, const float* x, int64_t T, int64_t in, int64_t begin, int64_t end) {
+  const int64_t out = target.out;
+  if (end <= begin) return;
+  if (T > 1 && T <= kGemmMaxTokens) {
+    gemm::linear_rows(gemm::best_isa(), target.y, x, target.weight, target.bias, T, in, out, begin, end);
     return;
   }
-#pragma omp parallel for num_threads(int(n_chunks)) schedule(static)
-  for (int64_t c = 0; c < n_chunks; ++c) rows(c * chunk);
+  ConstMatrixMap X(x, T, in);                // [T, in]
+  ConstMatrixMap W(target.weight, out, in);  // [out, in]
+  MatrixMap Y(target.y, T, out);             // [T, out]
+  // Eigen packs the weight block fastest as the right-hand side of a product with a column-major
+  // result (measured ~15% faster than writing the row-major Y directly). Inside a parallel region
+  // Eigen runs serially.
+  Eigen::MatrixXf block = X * W.middleRows(begin, end - begin).transpose();  // [T, end - begin] column-major
+  Y.middleCols(begin, end - begin) = block;
+  if (target.bias)
+    Y.middleCols(begin, end - begin).rowwise() +=
+        Eigen::Map<const Eigen::RowVectorXf>(target.bias + begin, end - begin);
+}
+
+// How a product's output rows are cut: `count` contiguous blocks (at most one per thread), each
+// a multiple of 16 rows wide so that block edges stay aligned to SIMD width.
+struct RowSplit {
+  int64_t count, rows;
+};
+RowSplit split_rows(int64_t out, int threads) {
+  const int64_t count = std::max<int64_t>(1, std::min<int64_t>(threads, out / 16));
+  return {count, ((out + count - 1) / count + 15) / 16 * 16};
+}
+
+}  // namespace
+
+void linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets, int threads) {
+  int64_t team = 1;  // threads that get work: one per block of the most finely split product
+  for (const LinearTarget& target : targets) team = std::max(team, split_rows(target.out, threads).count);
+  // Block b of every product goes to thread b, the same static assignment as one
+  // `omp parallel for` per product, so the sums (and their rounding) do not change.
+  auto thread_work = [&](int64_t b) {
+    for (const LinearTarget& target : targets) {
+      const RowSplit split = split_rows(target.out, threads);
+      if (b < split.count) linear_block(target, x, T, in, b * split.rows, std::min(target.out, (b + 1) * split.rows));
+    }
+  };
+  if (team == 1) {
+    thread_work(0);  // no parallel region: Eigen then follows Eigen::setNbThreads (CpuBackend sets 1)
+    return;
+  }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(int(team))
+  thread_work(omp_get_thread_num());
+#else
+  for (int64_t b = 0; b < team; ++b) thread_work(b);
+#endif
+}
+
+void linear(float* y, const float* x, const float* weight, const float* bias, int64_t T, int64_t in, int64_t out,
+            int threads) {
+  const LinearTarget target{y, weight, bias, out};
+  linear_shared_input(x, T, in, std::span<const LinearTarget>(&target, 1), threads);
 }
 
 void softmax(float* x, int64_t R, int64_t N) {

@@ -7,6 +7,7 @@
 // H = query heads, KVH = key/value heads, D = head_dim, F = FFN size, V = vocab, R = rows.
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "core/config.h"
 
@@ -40,6 +41,22 @@ void linear(float* y,             // [T, out]
             const float* weight,  // [out, in]
             const float* bias,    // [out] or nullptr
             int64_t T, int64_t in, int64_t out, int threads);
+
+// One product of linear_shared_input: y = x W^T (+ bias).
+struct LinearTarget {
+  float* y;             // [T, out]
+  const float* weight;  // [out, in]
+  const float* bias;    // [out] or nullptr
+  int64_t out;
+};
+
+// Several products of the same input in ONE parallel region (q, k and v of a layer; gate and
+// up): each thread computes its block of rows of every product in turn, so the threads meet once
+// per group instead of once per product. A decode step is ~150 products that each take about a
+// millisecond; every meeting waits for the slower thread (and, with sleeping OpenMP waits, wakes
+// the other one). The result is exactly that of one linear() per target.
+void linear_shared_input(const float* x,  // [T, in]
+                         int64_t T, int64_t in, std::span<const LinearTarget> targets, int threads);
 
 // In place over each row: x = softmax(x). Rows of all -inf are not allowed (the causal mask always
 // leaves at least the token itself).

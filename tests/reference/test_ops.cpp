@@ -37,6 +37,38 @@ TEST_CASE("linear matches the scalar loop for odd sizes, with and without bias, 
   }
 }
 
+TEST_CASE("linear_shared_input gives exactly what one linear() per target gives") {
+  // Targets of different widths (one narrower than a 16-row block, so it is not split at all),
+  // with and without bias; bit-for-bit equal because every block goes to the same thread index
+  // and runs the same code as in linear().
+  for (int64_t T : {1, 2, 16, 33}) {
+    for (int threads : {1, 2, 3}) {
+      CAPTURE(T); CAPTURE(threads);
+      const int64_t in = 37;
+      const std::vector<int64_t> outs = {53, 9, 211};
+      auto x = scalar::random_vector(size_t(T * in), 11);
+      std::vector<std::vector<float>> weights, biases, together, alone;
+      std::vector<ops::LinearTarget> targets;
+      for (size_t i = 0; i < outs.size(); ++i) {
+        weights.push_back(scalar::random_vector(size_t(outs[i] * in), 20 + int(i)));
+        biases.push_back(scalar::random_vector(size_t(outs[i]), 30 + int(i)));
+        together.emplace_back(size_t(T * outs[i]) + 8, kSentinel);
+        alone.emplace_back(size_t(T * outs[i]) + 8, kSentinel);
+      }
+      for (size_t i = 0; i < outs.size(); ++i)
+        targets.push_back({together[i].data(), weights[i].data(), i == 1 ? nullptr : biases[i].data(), outs[i]});
+      ops::linear_shared_input(x.data(), T, in, targets, threads);
+      for (size_t i = 0; i < outs.size(); ++i) {
+        CAPTURE(i);
+        ops::linear(alone[i].data(), x.data(), weights[i].data(), i == 1 ? nullptr : biases[i].data(), T, in, outs[i],
+                    threads);
+        CHECK(together[i] == alone[i]);  // includes the sentinels after the outputs
+        CHECK(together[i][size_t(T * outs[i])] == kSentinel);
+      }
+    }
+  }
+}
+
 TEST_CASE("the small-batch kernel matches the scalar loop on every instruction set this CPU runs") {
   for (auto isa : {ops::gemm::Isa::Generic, ops::gemm::Isa::Avx2, ops::gemm::Isa::Avx512}) {
     if (!ops::gemm::supports(isa)) {
