@@ -160,7 +160,11 @@ void linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const 
   }
 #ifdef _OPENMP
 #pragma omp parallel num_threads(int(team))
-  thread_work(omp_get_thread_num());
+  {
+    // OpenMP may hand out fewer threads than asked (OMP_DYNAMIC, OMP_THREAD_LIMIT, a nested
+    // region): then a thread takes several blocks, so every block is still computed once.
+    for (int64_t b = omp_get_thread_num(); b < team; b += omp_get_num_threads()) thread_work(b);
+  }
 #else
   for (int64_t b = 0; b < team; ++b) thread_work(b);
 #endif

@@ -69,6 +69,22 @@ TEST_CASE("linear_shared_input gives exactly what one linear() per target gives"
   }
 }
 
+TEST_CASE("linear computes every row block even inside a parallel region (a team of one)") {
+  // Nested parallelism is off by default, so a linear() called from inside a parallel region gets
+  // a team of one thread: that thread must then take all the blocks.
+  const int64_t T = 2, in = 37, out = 211;
+  auto x = scalar::random_vector(size_t(T * in), 41);
+  auto w = scalar::random_vector(size_t(out * in), 42);
+  auto expected = scalar::linear(x, w, nullptr, T, in, out);
+  std::vector<float> y(size_t(T * out), kSentinel);
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp single
+    ops::linear(y.data(), x.data(), w.data(), nullptr, T, in, out, 3);
+  }
+  CHECK(scalar::nmse(y, expected) < kOpTolerance);
+}
+
 TEST_CASE("the small-batch kernel matches the scalar loop on every instruction set this CPU runs") {
   for (auto isa : {ops::gemm::Isa::Generic, ops::gemm::Isa::Avx2, ops::gemm::Isa::Avx512}) {
     if (!ops::gemm::supports(isa)) {
