@@ -43,7 +43,10 @@ double exp_shifted(std::span<const float> logits, float shift, float* out) {
   const int64_t n = static_cast<int64_t>(logits.size());
   Eigen::Array<double, 16, 1> lane_totals = Eigen::Array<double, 16, 1>::Zero();  // summed in double
   auto one_block = [&](const float* in, float* dst) {
-    const Block e = (Eigen::Map<const Block>(in) - shift).exp();
+    // -inf must give exactly 0; Eigen's SSE2-only exp clamps its input near -88 and would
+    // return a denormal (CI's generic build caught it)
+    const Eigen::Map<const Block> x(in);
+    const Block e = (x == -std::numeric_limits<float>::infinity()).select(0.0f, (x - shift).exp());
     lane_totals += e.cast<double>();
     if (dst) {
       Eigen::Map<Block> copy_to(dst);
