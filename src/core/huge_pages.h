@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <limits>
 #include <new>
 #include <vector>
 
@@ -31,6 +32,8 @@ struct HugePageAllocator {
   HugePageAllocator(const HugePageAllocator<U>&) noexcept {}
 
   T* allocate(size_t n) {
+    // (n * sizeof(T) and its rounding up below must not wrap around)
+    if (n > (std::numeric_limits<size_t>::max() - kHugePage) / sizeof(T)) throw std::bad_alloc();
     const size_t bytes = n * sizeof(T);
     if (bytes < kHugePage) {  // small vectors (norm weights, biases): no point in a 2 MiB page
       if (void* p = std::malloc(bytes ? bytes : 1)) return static_cast<T*>(p);

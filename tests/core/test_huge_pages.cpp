@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <fstream>
+#include <limits>
+#include <new>
 #include <numeric>
 #include <string>
 
@@ -32,6 +34,10 @@ TEST_CASE("large huge-page vectors are 2 MiB-aligned, small ones are plain, cont
   HugePageFloats copy = large;  // copies allocate through the same allocator
   CHECK(reinterpret_cast<uintptr_t>(copy.data()) % kHuge == 0);
   CHECK(copy == large);
+
+  // a size whose byte count would wrap around is refused, not under-allocated
+  HugePageAllocator<float> allocator;
+  CHECK_THROWS_AS(allocator.allocate(std::numeric_limits<size_t>::max() / sizeof(float)), std::bad_alloc);
 
   std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string mode;
