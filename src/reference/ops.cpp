@@ -236,9 +236,13 @@ void kv_cache_write(float* k_pool, float* v_pool, const float* k, const float* v
 void paged_attention(float* context, const float* q, const float* k_pool, const float* v_pool,
                      const int32_t* block_table, int64_t T, int64_t start, int64_t block_size, int64_t H,
                      int64_t KVH, int64_t D, float* scores_out, float* weights_out, int threads) {
-  auto slot_of = [&](int64_t p) { return int64_t(block_table[p / block_size]) * block_size + p % block_size; };
-  auto key_row = [&](int64_t p, int64_t kv_head) { return k_pool + (slot_of(p) * KVH + kv_head) * D; };
-  auto value_row = [&](int64_t p, int64_t kv_head) { return v_pool + (slot_of(p) * KVH + kv_head) * D; };
+  // The pool slot of every position, looked up once (attention reads each position's K and V
+  // once per query head; this saves a division per read, ~1 % of a 16-sequence step at most).
+  const int64_t P = start + T;
+  std::vector<int64_t> slot(static_cast<size_t>(P));  // [P] position -> slot in the pool
+  for (int64_t p = 0; p < P; ++p) slot[size_t(p)] = int64_t(block_table[p / block_size]) * block_size + p % block_size;
+  auto key_row = [&](int64_t p, int64_t kv_head) { return k_pool + (slot[size_t(p)] * KVH + kv_head) * D; };
+  auto value_row = [&](int64_t p, int64_t kv_head) { return v_pool + (slot[size_t(p)] * KVH + kv_head) * D; };
   attention_core(context, q, key_row, value_row, T, start, H, KVH, D, scores_out, weights_out, threads);
 }
 
