@@ -1,5 +1,6 @@
-// Memory for the big, long-lived arrays a forward pass streams through every step (weights, the
-// KV pool): allocated in 2 MiB-aligned chunks and marked for transparent huge pages.
+// Memory for the arrays of the CPU forward pass: the big, long-lived ones it streams through every
+// step (weights, the KV pool) in 2 MiB-aligned chunks marked for transparent huge pages, and
+// everything else cache-line aligned (see kCacheLine for why that matters).
 //
 // Why: decode reads every weight once per token, gigabytes per second, and with 4 KiB pages the
 // CPU walks the page tables once every 4 KiB of that stream (a VM walks two levels of tables).
@@ -26,6 +27,13 @@ template <typename T>
 struct HugePageAllocator {
   using value_type = T;
   static constexpr size_t kHugePage = size_t(2) << 20;
+  // Every allocation starts on a cache line (64 bytes, one AVX-512 register), big or small. Eigen
+  // vectorizes a dynamic-size loop by first handling the elements before the first aligned
+  // address one by one; with buffers that start anywhere, which elements take the scalar path
+  // (and so how a sum is ordered, or whether exp is the scalar or the vector one) would change
+  // from run to run with the heap, and so would the last bits of the logits. Aligned buffers make
+  // a forward pass bit-reproducible (tests/serving: the same requests twice, bit for bit).
+  static constexpr size_t kCacheLine = 64;
 
   HugePageAllocator() = default;
   template <typename U>
@@ -35,8 +43,9 @@ struct HugePageAllocator {
     // (n * sizeof(T) and its rounding up below must not wrap around)
     if (n > (std::numeric_limits<size_t>::max() - kHugePage) / sizeof(T)) throw std::bad_alloc();
     const size_t bytes = n * sizeof(T);
-    if (bytes < kHugePage) {  // small vectors (norm weights, biases): no point in a 2 MiB page
-      if (void* p = std::malloc(bytes ? bytes : 1)) return static_cast<T*>(p);
+    if (bytes < kHugePage) {  // small vectors (norm weights, biases, one step's activations)
+      const size_t lines = (bytes + kCacheLine - 1) / kCacheLine;
+      if (void* p = std::aligned_alloc(kCacheLine, (lines ? lines : 1) * kCacheLine)) return static_cast<T*>(p);
       throw std::bad_alloc();
     }
     const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;  // aligned_alloc needs a multiple
@@ -53,7 +62,7 @@ struct HugePageAllocator {
   bool operator==(const HugePageAllocator<U>&) const noexcept { return true; }
 };
 
-// A float array in huge pages.
+// A float array: in huge pages from 2 MiB up, cache-line aligned always.
 using HugePageFloats = std::vector<float, HugePageAllocator<float>>;
 
 }  // namespace journey

@@ -54,7 +54,8 @@ HugePageFloats load_tensor(const WeightStore& weights, const std::string& name, 
   return HugePageFloats(widened.begin(), widened.end());
 }
 
-TraceTensor trace_view(const std::vector<float>& buffer, std::vector<int64_t> shape) {
+template <typename Buffer>  // std::vector<float> or HugePageFloats
+TraceTensor trace_view(const Buffer& buffer, std::vector<int64_t> shape) {
   return TraceTensor{std::span<const float>(buffer.data(), buffer.size()), std::move(shape)};
 }
 
@@ -195,17 +196,19 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     sink->record_ints(Stage::kv_blocks, -1, table, {int64_t(table.size())});
   }
 
-  std::vector<float> x(size_t(N * E));               // [N, E] the residual stream
-  std::vector<float> xn(size_t(N * E));              // [N, E] normalized input of a sublayer
-  std::vector<float> q(size_t(N * H * D));           // [N, H, D]
-  std::vector<float> k(size_t(N * KVH * D));         // [N, KVH, D]
-  std::vector<float> v(size_t(N * KVH * D));         // [N, KVH, D]
-  std::vector<float> context(size_t(N * H * D));     // [N, H*D] attention output, heads concatenated
-  std::vector<float> attn_out(size_t(N * E));        // [N, E]
-  std::vector<float> gate(size_t(N * F));            // [N, F]
-  std::vector<float> up(size_t(N * F));              // [N, F]
-  std::vector<float> act(size_t(N * F));             // [N, F]
-  std::vector<float> ffn_out(size_t(N * E));         // [N, E]
+  // (cache-line aligned like every buffer the ops read, so that the results do not depend on
+  // where the heap puts them: core/huge_pages.h)
+  HugePageFloats x(size_t(N * E));               // [N, E] the residual stream
+  HugePageFloats xn(size_t(N * E));              // [N, E] normalized input of a sublayer
+  HugePageFloats q(size_t(N * H * D));           // [N, H, D]
+  HugePageFloats k(size_t(N * KVH * D));         // [N, KVH, D]
+  HugePageFloats v(size_t(N * KVH * D));         // [N, KVH, D]
+  HugePageFloats context(size_t(N * H * D));     // [N, H*D] attention output, heads concatenated
+  HugePageFloats attn_out(size_t(N * E));        // [N, E]
+  HugePageFloats gate(size_t(N * F));            // [N, F]
+  HugePageFloats up(size_t(N * F));              // [N, F]
+  HugePageFloats act(size_t(N * F));             // [N, F]
+  HugePageFloats ffn_out(size_t(N * E));         // [N, E]
   std::vector<float> scores, weights;                // [H, T, P] only when traced
 
   // embedding: one row of the table per token
@@ -316,7 +319,7 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     out.row_begin.push_back(int64_t(logit_rows.size()));
   }
   const int64_t R = int64_t(logit_rows.size());
-  std::vector<float> head_in(size_t(R * E));  // [R, E]
+  HugePageFloats head_in(size_t(R * E));  // [R, E]
   for (int64_t j = 0; j < R; ++j)
     std::memcpy(head_in.data() + j * E, xn.data() + logit_rows[j] * E, sizeof(float) * E);
   out.logits.resize(size_t(R * V));  // [R, V]

@@ -3,6 +3,7 @@
 // anything twice (weights are read once per linear(), attention reads each K/V row once per query).
 #include "reference/ops.h"
 
+#include "core/huge_pages.h"
 #include "reference/gemm.h"
 
 #include <Eigen/Core>
@@ -37,7 +38,7 @@ void attention_core(float* context, const float* q, KeyRow key_row, ValueRow val
   const float neg_inf = -std::numeric_limits<float>::infinity();
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<float> row(static_cast<size_t>(P));  // [P] scores, then weights, of one (head, query)
+    HugePageFloats row(static_cast<size_t>(P));  // [P] scores, then weights, of one (head, query); aligned
 #pragma omp for collapse(2) schedule(static)
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t t = 0; t < T; ++t) {
