@@ -10,7 +10,6 @@
 #include <fstream>
 #include <iterator>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -20,6 +19,7 @@
 #include "cli/backend_select.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/threads.h"
 #include "server/http_server.h"
 
 namespace journey::cli {
@@ -68,7 +68,7 @@ void run_serve(ServeArgs args) {
   if (args.server.served_model_name.empty())
     args.server.served_model_name = std::filesystem::path(args.model).filename().string();
   args.engine.enable_prefix_caching = !args.no_prefix_caching;
-  args.engine.sampling_threads = args.threads > 0 ? args.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  args.engine.sampling_threads = resolve_threads(args.threads);
   // Every open request holds an HTTP worker until it finishes, so the pool must outnumber the
   // sequences the engine can run at once; otherwise requests queue in the pool, not the scheduler.
   args.server.http_threads = static_cast<int>(

@@ -11,10 +11,10 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
-#include <thread>
 
 #include "core/error.h"
 #include "core/huge_pages.h"
+#include "core/threads.h"
 #include "reference/ops.h"
 #include "trace/sink.h"
 
@@ -102,7 +102,7 @@ CpuBackend::CpuBackend(const LoadedModel& model, const CpuOptions& options)
   E_ = c.hidden_size, F_ = c.intermediate_size, L_ = c.num_layers, H_ = c.num_heads, KVH_ = c.num_kv_heads;
   V_ = c.vocab_size;
   config_.head_dim = D_;
-  threads_ = options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  threads_ = resolve_threads(options.threads);
   // The ops split work across threads_ themselves; Eigen's own GEMM threading would add threads on
   // top (inside a one-thread region it still spawns its own), so it is switched off.
   Eigen::setNbThreads(1);
