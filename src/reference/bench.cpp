@@ -9,11 +9,11 @@
 #include <numeric>
 #include <random>
 #include <sstream>
-#include <thread>
 #include <vector>
 
 #include "core/error.h"
 #include "core/huge_pages.h"
+#include "core/threads.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -25,10 +25,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-int resolve_threads(int threads) {
-  return threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
-}
 
 Spread spread(std::vector<double> values) {
   std::sort(values.begin(), values.end());
@@ -106,8 +102,6 @@ double ReadBandwidthProbe::measure(int passes) {
   (void)sink;
   return best;
 }
-
-double measure_read_bandwidth(int threads, size_t bytes) { return ReadBandwidthProbe(threads, bytes).measure(4); }
 
 double measure_gemm_gflops(int threads, int64_t M, int64_t K, int64_t N) {
   threads = resolve_threads(threads);

@@ -56,7 +56,6 @@ class ReadBandwidthProbe {
   int threads_;
   std::shared_ptr<Buffer> buffer_;
 };
-double measure_read_bandwidth(int threads, size_t bytes = size_t(2) << 30);  // one probe, 4 passes
 // Eigen's own multi-threaded FP32 GEMM of [M, K] x [K, N]; GFLOP/s (best of a few repetitions).
 double measure_gemm_gflops(int threads, int64_t M, int64_t K, int64_t N);
 
