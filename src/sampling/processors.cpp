@@ -102,13 +102,9 @@ std::vector<float> softmax(std::span<const float> logits) {
 }
 
 std::vector<float> log_softmax(std::span<const float> logits) {
+  const double log_z = log_normalizer(logits);
   std::vector<float> logprobs(logits.size());  // [V]
-  float max_logit = *std::max_element(logits.begin(), logits.end());
-  double total = 0.0;
-  for (float logit : logits) total += std::exp(static_cast<double>(logit) - max_logit);
-  double log_total = std::log(total);
-  for (size_t i = 0; i < logits.size(); ++i)
-    logprobs[i] = static_cast<float>(static_cast<double>(logits[i]) - max_logit - log_total);
+  for (size_t i = 0; i < logits.size(); ++i) logprobs[i] = static_cast<float>(double(logits[i]) - log_z);
   return logprobs;
 }
 
