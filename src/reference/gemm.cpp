@@ -109,9 +109,6 @@ template <int kLanes, int kCount>
   }
 }
 
-// y[t, r] (+)= sum over k in [k_begin, k_end) of x[t, k] * w[r, k] for a kTokens x kRows tile;
-// y, x and w point at the tile's first token / weight row. The slice starting at k = 0 writes
-// bias + sum, later slices add to it.
 // Cache lines of weights to bring into L2 while a tile computes: the lines [begin, end) of the
 // contiguous range that starts at `first`.
 struct Prefetch {
@@ -121,6 +118,9 @@ struct Prefetch {
   [[gnu::always_inline]] void line(int64_t i) const { __builtin_prefetch(first + i * kFloatsPerLine, 0, 2); }
 };
 
+// y[t, r] (+)= sum over k in [k_begin, k_end) of x[t, k] * w[r, k] for a kTokens x kRows tile;
+// y, x and w point at the tile's first token / weight row. The slice starting at k = 0 writes
+// bias + sum, later slices add to it. `prefetch` is this tile's share of the next block.
 template <int kLanes, int kTokens, int kRows>
 [[gnu::always_inline]] inline void tile(float* y, const float* x, const float* w, const float* bias, int64_t in,
                                         int64_t out, int64_t k_begin, int64_t k_end, const Prefetch& prefetch) {
