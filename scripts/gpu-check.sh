@@ -18,13 +18,22 @@
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-OUT=${OUT:-$ROOT/gpu-check-out}
+# Everything is written under WORK and packed into $OUT/gpu-check.tgz at the end (the device tool
+# brings back at most 8 files from $OUT), with summary.txt and the log beside it.
+OUT_FINAL=${OUT:-$ROOT/gpu-check-out}
+OUT=${WORK:-/tmp/gpu-check-work}
+rm -rf "$OUT"
 JOBS=${JOBS:-16}
 MODELS_DIR=${MODELS_DIR:-/tmp/journey-gpu-models}
 FULL7B=${FULL7B:-0}
 BANDWIDTH_TB_S=${BANDWIDTH_TB_S:-4.8}
 BUILD=$ROOT/build-gpu
-mkdir -p "$OUT" "$MODELS_DIR"
+mkdir -p "$OUT" "$OUT_FINAL" "$MODELS_DIR"
+pack_results() {
+  tar czf "$OUT_FINAL/gpu-check.tgz" -C "$OUT" . 2>/dev/null
+  cp "$OUT/summary.txt" "$OUT/gpu-check.log" "$OUT_FINAL/" 2>/dev/null || true
+}
+trap pack_results EXIT
 STATUS="$OUT/steps.tsv"
 : > "$STATUS"
 START=$(date +%s)
@@ -50,17 +59,33 @@ step() {
   command -v nvcc || ls /usr/local/cuda/bin/nvcc || true; nproc; free -g; df -h /tmp; } > "$OUT/machine.txt" 2>&1
 git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
 
-# ---- 1. build ----------------------------------------------------------------------------------
-NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-step configure 120 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DJOURNEY_CUDA=ON \
-  -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90 -DJOURNEY_CHAPTERS=OFF -DJOURNEY_TESTS=ON
-TARGETS="journey test_cuda cuda_bench"
-if cmake --build "$BUILD" --target help 2>/dev/null | grep -q 'journey-trace'; then TARGETS="$TARGETS journey-trace"; fi
-step build 420 cmake --build "$BUILD" -j"$JOBS" --target $TARGETS
-JOURNEY=$BUILD/src/cli/journey
-TEST_CUDA=$BUILD/tests/cuda/test_cuda
-CUDA_BENCH=$BUILD/tests/cuda/cuda_bench
-TRACE_TOOL=$(find "$BUILD" -type f -name journey-trace -perm -u+x 2>/dev/null | head -n 1)
+# ---- 1. build (or use what scripts/gpu-pack.sh built on a CPU machine) --------------------------
+# cuBLAS comes from this machine: the CUDA toolkit's lib64 or the nvidia-cublas Python wheel.
+CUBLAS=$( (ls /usr/local/cuda/lib64/libcublas.so.* /usr/local/cuda*/targets/x86_64-linux/lib/libcublas.so.* \
+          /usr/lib/x86_64-linux-gnu/libcublas.so.* 2>/dev/null; \
+          find / -xdev -name 'libcublas.so.1*' -path '*nvidia*' 2>/dev/null) | head -n 1)
+export JOURNEY_CUDA_LIBS=${CUBLAS:+$(dirname "$CUBLAS")}
+log "cuBLAS: ${CUBLAS:-not found}"
+if [ -n "${PREBUILT:-}" ]; then
+  BIN=$ROOT/$PREBUILT/bin
+  JOURNEY=$BIN/journey; TEST_CUDA=$BIN/test_cuda; CUDA_BENCH=$BIN/cuda_bench; CH12=$BIN/ch12_cuda
+  TEST_BACKENDS=$BIN/test_backends; TRACE_TOOL=$BIN/journey-trace
+  for b in "$JOURNEY" "$TEST_CUDA"; do
+    [ -x "$b" ] && { env LD_TRACE_LOADED_OBJECTS=1 "$b" 2>&1 | grep 'not found' || true; } >> "$OUT/machine.txt"
+  done
+  printf 'build\tprebuilt\t0s\n' >> "$STATUS"
+else
+  NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  step configure 120 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DJOURNEY_CUDA=ON \
+    -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90 -DJOURNEY_NATIVE=OFF
+  step build 420 cmake --build "$BUILD" -j"$JOBS" --target journey journey-trace test_cuda cuda_bench ch12_cuda
+  JOURNEY=$BUILD/src/cli/journey
+  TEST_CUDA=$BUILD/tests/cuda/test_cuda
+  CUDA_BENCH=$BUILD/tests/cuda/cuda_bench
+  CH12=$BUILD/chapters/ch12_cuda/ch12_cuda
+  TEST_BACKENDS=$BUILD/tests/backends/test_backends
+  TRACE_TOOL=$(find "$BUILD" -type f -name journey-trace -perm -u+x 2>/dev/null | head -n 1)
+fi
 
 # ---- 2. the CUDA tests ---------------------------------------------------------------------------
 if [ -x "$TEST_CUDA" ]; then
@@ -70,6 +95,16 @@ if [ -x "$TEST_CUDA" ]; then
 else
   log "no test_cuda binary: build failed"
 fi
+
+# ---- 2b. the op test of every backend (tests/backends), ch12, a generation ------------------------
+if [ -x "$TEST_BACKENDS" ] || [ -f "$TEST_BACKENDS" ]; then
+  step test_backends 180 "$TEST_BACKENDS" --reporters=console --duration=true
+fi
+if [ -x "$CH12" ] || [ -f "$CH12" ]; then
+  step ch12_cuda 120 "$CH12" data/stories260K
+fi
+step generate_cuda 60 "$JOURNEY" generate --model data/stories260K --device cuda --max-tokens 64 --temperature 0 "Once upon a time"
+step generate_cpu 60 "$JOURNEY" generate --model data/stories260K --device cpu --max-tokens 64 --temperature 0 "Once upon a time"
 
 # ---- 3. traces: CPU vs CUDA, stage by stage -------------------------------------------------------
 TRACE_MODELS="data/stories260K tests/golden/models/tiny-llama tests/golden/models/tiny-qwen2 tests/golden/models/tiny-qwen3"
@@ -112,7 +147,7 @@ if [ -n "$PY" ] && [ -x "$CUDA_BENCH" ]; then
   step make_tinyllama 240 "$PY" tools/make_random_model.py --preset tinyllama-1.1b --dtype bf16 --out "$MODELS_DIR/tinyllama-1.1b-bf16" \
     && bench tinyllama-1.1b "$MODELS_DIR/tinyllama-1.1b-bf16"
   if [ "$FULL7B" = 1 ]; then LAYERS=""; SEVEN=llama-7b; else LAYERS="--layers 8"; SEVEN=llama-7b-8layers; fi
-  step make_7b 300 "$PY" tools/make_random_model.py --preset llama-7b $LAYERS --dtype bf16 --out "$MODELS_DIR/$SEVEN-bf16" \
+  [ "${SEVEN_B:-0}" = 1 ] && step make_7b 300 "$PY" tools/make_random_model.py --preset llama-7b $LAYERS --dtype bf16 --out "$MODELS_DIR/$SEVEN-bf16" \
     && bench "$SEVEN" "$MODELS_DIR/$SEVEN-bf16"
 else
   log "skipping benchmarks: needs a python3 with numpy (found: '${PY}') and cuda_bench"
