@@ -51,6 +51,7 @@ step() {
   local dt=$(($(date +%s) - t0))
   printf '%s\t%s\t%ss\n' "$name" "$rc" "$dt" >> "$STATUS"
   if [ $rc -eq 0 ]; then log "  ok ($dt s)"; else log "  FAILED rc=$rc ($dt s), tail:"; tail -n 15 "$OUT/$name.log" | tee -a "$OUT/gpu-check.log"; fi
+  pack_results  # after every step: a run killed at the device's time limit still brings back what it did
   return $rc
 }
 
@@ -89,7 +90,7 @@ fi
 
 # ---- 2. the CUDA tests ---------------------------------------------------------------------------
 if [ -x "$TEST_CUDA" ]; then
-  step test_cuda 240 "$TEST_CUDA" --reporters=console --duration=true
+  step test_cuda 150 "$TEST_CUDA" --reporters=console --duration=true
   # the bf16 first-divergence report and any failed check, for the summary
   grep -E "first differ|identical to f32|ERROR|FAILED|SKIPPED|test cases" "$OUT/test_cuda.log" > "$OUT/test_cuda.summary.txt" || true
 else
@@ -137,13 +138,13 @@ done
 bench() {  # bench NAME MODEL_DIR
   local name=$1 model=$2
   if [ -x "$JOURNEY" ] && "$JOURNEY" bench --help 2>&1 | grep -q -- '--device'; then
-    step "bench_$name" 240 "$JOURNEY" bench --model "$model" --device cuda --prompt-tokens 128 --gen-tokens 64 --runs 3 --json
+    step "bench_$name" 150 "$JOURNEY" bench --model "$model" --device cuda --prompt-tokens 128 --gen-tokens 64 --runs 3 --json
   fi
   # cuda_bench also reports decode with on-device sampling (ids only cross PCIe)
-  step "cuda_bench_$name" 240 "$CUDA_BENCH" "$model" --dtype bf16 --prompt-tokens 128 --gen-tokens 64 --runs 3
+  step "cuda_bench_$name" 150 "$CUDA_BENCH" "$model" --dtype bf16 --prompt-tokens 128 --gen-tokens 64 --runs 3
   sed -n '/^{/,/^}/p' "$OUT/cuda_bench_$name.log" > "$OUT/bench_$name.json" 2>/dev/null || true
 }
-if [ -n "$PY" ] && [ -x "$CUDA_BENCH" ]; then
+if [ "${SKIP_BENCH:-0}" != 1 ] && [ -n "$PY" ] && [ -x "$CUDA_BENCH" ]; then
   step make_tinyllama 240 "$PY" tools/make_random_model.py --preset tinyllama-1.1b --dtype bf16 --out "$MODELS_DIR/tinyllama-1.1b-bf16" \
     && bench tinyllama-1.1b "$MODELS_DIR/tinyllama-1.1b-bf16"
   if [ "$FULL7B" = 1 ]; then LAYERS=""; SEVEN=llama-7b; else LAYERS="--layers 8"; SEVEN=llama-7b-8layers; fi
