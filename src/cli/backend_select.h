@@ -5,7 +5,7 @@
 #include <string>
 
 #include "assets/model.h"
-#include "engine/backend.h"
+#include "backend/backend.h"
 
 namespace journey::cli {
 

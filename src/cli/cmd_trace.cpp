@@ -22,7 +22,7 @@
 #include "cli/commands.h"
 #include "cli/generation_flags.h"
 #include "core/error.h"
-#include "engine/backend.h"
+#include "backend/backend.h"
 #include "engine/generate.h"
 #include "text/chat_template.h"
 #include "trace/dump_sink.h"

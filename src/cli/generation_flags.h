@@ -18,7 +18,7 @@
 #include "assets/model.h"
 #include "cli/backend_select.h"
 #include "cli/commands.h"
-#include "engine/backend.h"
+#include "backend/backend.h"
 #include "engine/generate.h"
 #include "reference/cpu_backend.h"
 #include "sampling/params.h"

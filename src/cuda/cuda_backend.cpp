@@ -160,7 +160,8 @@ class CudaBackendImpl : public CudaBackend {
   }
   void copy_kv_block(int32_t src, int32_t dst) override;
   ForwardOutput forward(const ForwardBatch& batch, TraceSink* sink) override;
-  std::vector<int32_t> forward_sample(const ForwardBatch& batch, std::span<const cuda::DeviceSampling> params,
+  bool samples_on_device() const override { return true; }
+  std::vector<int32_t> forward_sample(const ForwardBatch& batch, std::span<const DeviceSampling> params,
                                       TraceSink* sink) override;
   DType weight_dtype() const override { return options_.dtype; }
   std::string device_name() const override { return device_name_; }
@@ -499,10 +500,10 @@ ForwardOutput CudaBackendImpl::forward(const ForwardBatch& batch, TraceSink* sin
 }
 
 std::vector<int32_t> CudaBackendImpl::forward_sample(const ForwardBatch& batch,
-                                                     std::span<const cuda::DeviceSampling> params, TraceSink* sink) {
+                                                     std::span<const DeviceSampling> params, TraceSink* sink) {
   if (params.size() != batch.sequences.size())
     fail("forward_sample: ", params.size(), " sampling parameter sets for ", batch.sequences.size(), " sequences");
-  for (const cuda::DeviceSampling& p : params)
+  for (const DeviceSampling& p : params)
     if (p.temperature < 0 || p.top_k < 0 || !(p.top_p > 0 && p.top_p <= 1) || !(p.u >= 0 && p.u < 1))
       fail("forward_sample: need temperature >= 0, top_k >= 0, top_p in (0, 1], u in [0, 1); found temperature ",
            p.temperature, ", top_k ", p.top_k, ", top_p ", p.top_p, ", u ", p.u);
@@ -520,11 +521,11 @@ std::vector<int32_t> CudaBackendImpl::forward_sample(const ForwardBatch& batch,
     last_rows = head_in_.f();
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // d_rows is freed at the end of this scope
   }
-  std::vector<cuda::DeviceSampling> host_params(params.begin(), params.end());
+  std::vector<DeviceSampling> host_params(params.begin(), params.end());
   upload(sampling_params_, host_params, stream_);
   sampled_.grow(size_t(S) * sizeof(int32_t));
   probs_.grow(size_t(S * V_) * sizeof(float));
-  cuda::sample_rows(sampled_.get<int32_t>(), last_rows, sampling_params_.get<cuda::DeviceSampling>(), probs_.f(), S,
+  cuda::sample_rows(sampled_.get<int32_t>(), last_rows, sampling_params_.get<DeviceSampling>(), probs_.f(), S,
                     V_, stream_);
   std::vector<int32_t> ids(static_cast<size_t>(S));  // [S]
   CUDA_CHECK(cudaMemcpyAsync(ids.data(), sampled_.get(), ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));

@@ -13,8 +13,8 @@
 
 #include "assets/model.h"
 #include "core/dtype.h"
-#include "cuda/device_sampling.h"
-#include "engine/backend.h"
+#include "backend/device_sampling.h"
+#include "backend/backend.h"
 
 namespace journey {
 
@@ -27,10 +27,6 @@ struct CudaOptions {
 
 class CudaBackend : public Backend {
  public:
-  // One forward step, then one token per sequence drawn ON THE DEVICE from the last row of its
-  // logits (see cuda/device_sampling.h); only the ids travel back. params: one per sequence.
-  virtual std::vector<int32_t> forward_sample(const ForwardBatch& batch, std::span<const cuda::DeviceSampling> params,
-                                              TraceSink* sink = nullptr) = 0;
   virtual DType weight_dtype() const = 0;
   virtual std::string device_name() const = 0;
 };

@@ -14,7 +14,7 @@
 
 #include "core/config.h"
 #include "core/dtype.h"
-#include "cuda/device_sampling.h"
+#include "backend/device_sampling.h"
 
 namespace journey::cuda {
 

@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "engine/backend.h"
+#include "backend/backend.h"
 #include "text/tokenizer.h"
 
 namespace journey {

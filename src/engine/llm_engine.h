@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/backend.h"
+#include "backend/backend.h"
 #include "engine/block_manager.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"

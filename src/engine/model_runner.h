@@ -2,7 +2,7 @@
 // for the backend, so every weight matrix is read once per step for all sequences together.
 // Copy-on-write copies the plan asks for are done first, before any slot is written.
 #pragma once
-#include "engine/backend.h"
+#include "backend/backend.h"
 #include "engine/scheduler.h"
 
 namespace journey {

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/backend.h"
+#include "backend/backend.h"
 
 namespace journey {
 

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "assets/model.h"
-#include "engine/backend.h"
+#include "backend/backend.h"
 
 namespace journey {
 

@@ -100,18 +100,6 @@ std::vector<int64_t> parse_shape(const std::string& tuple, const std::filesystem
 
 std::string_view npy_descr(NpyDType dtype) { return dtype == NpyDType::F32 ? "<f4" : "<i4"; }
 
-int64_t shape_numel(std::span<const int64_t> shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-std::string shape_string(std::span<const int64_t> shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += cat(i ? ", " : "", shape[i]);
-  return s + "]";
-}
-
 int64_t NpyArray::numel() const { return shape_numel(shape); }
 
 void write_npy(const std::filesystem::path& path, std::span<const float> values, std::span<const int64_t> shape) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/shape.h"
+
 namespace journey {
 
 enum class NpyDType { F32, I32 };
@@ -25,8 +27,6 @@ struct NpyArray {
   int64_t numel() const;
 };
 
-int64_t shape_numel(std::span<const int64_t> shape);
-std::string shape_string(std::span<const int64_t> shape);  // "[5, 8, 8]"
 
 // Write a float32 / int32 array. values.size() must equal the product of shape. Throws journey::Error.
 void write_npy(const std::filesystem::path& path, std::span<const float> values, std::span<const int64_t> shape);

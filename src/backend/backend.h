@@ -1,14 +1,18 @@
 // The one seam between "what to run" (scheduler, generation loop, server) and "how to run it"
-// (the CPU reference in src/reference, the CUDA path in src/cuda). A backend runs one forward
+// (the literal reference in src/reference, the fast CPU path in src/cpu, the CUDA path in src/cuda).
+// It sits in its own low module (it depends on core only) so that every backend and the engine
+// include it without depending on each other. A backend runs one forward
 // step over a batch of sequences whose K/V live in a paged cache: fixed-size blocks, and each
 // sequence's block table maps its positions to slots (vLLM's vocabulary: block_table, slot).
 // A contiguous per-sequence cache is the special case of one sequence owning blocks 0, 1, 2, ...
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "backend/device_sampling.h"
 #include "core/config.h"
 #include "core/error.h"
 
@@ -86,7 +90,7 @@ inline void validate_forward_batch(const ForwardBatch& batch, const ModelConfig&
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual std::string name() const = 0;  // "cpu", "cuda"
+  virtual std::string name() const = 0;  // "reference", "cpu", "cuda"
   virtual const ModelConfig& config() const = 0;
   // (Re)allocate the KV pool: num_blocks blocks of block_size token slots, for every layer.
   virtual void allocate_kv_cache(int64_t num_blocks, int64_t block_size) = 0;
@@ -98,6 +102,19 @@ class Backend {
   virtual void copy_kv_block(int32_t src, int32_t dst) = 0;
   // One step for all sequences of the batch, as one matrix-matrix pass over all their tokens.
   virtual ForwardOutput forward(const ForwardBatch& batch, TraceSink* sink = nullptr) = 0;
+
+  // Sampling where the logits are: a backend whose logits live in another memory (a GPU) can draw
+  // each sequence's next token there and send back only the ids instead of [rows, V] floats.
+  // `params` holds one DeviceSampling per sequence (temperature, top-k, top-p and the host's
+  // uniform draw u, so a seed picks the same token on every backend). The engine asks
+  // samples_on_device() first and uses forward_sample only for requests whose sampling needs
+  // nothing else (no penalties, min-p, logit bias or logprobs); the others take forward().
+  virtual bool samples_on_device() const { return false; }
+  virtual std::vector<int32_t> forward_sample(const ForwardBatch& batch, std::span<const DeviceSampling> params,
+                                              TraceSink* sink = nullptr) {
+    (void)batch, (void)params, (void)sink;
+    fail("backend ", name(), " does not sample on its device; call forward() and sample on the host");
+  }
 };
 
 }  // namespace journey

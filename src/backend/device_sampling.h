@@ -1,4 +1,5 @@
-// What the on-device sampler needs for one row of logits. A plain struct shared by the host code
+// What a backend that samples on its own device (Backend::forward_sample) needs for one row of
+// logits. A plain struct shared by the host code
 // (C++20) and the kernels (nvcc, C++17), so it holds nothing but numbers.
 //
 // The random number is drawn on the HOST from the sequence's own Pcg32 (sampling/rng.h) and passed
@@ -7,7 +8,7 @@
 // distributions agree (they differ only by float summation order).
 #pragma once
 
-namespace journey::cuda {
+namespace journey {
 
 struct DeviceSampling {
   double temperature = 0.0;  // 0 = greedy (argmax; ties to the lowest id)
@@ -16,4 +17,4 @@ struct DeviceSampling {
   float u = 0.0f;            // uniform in [0, 1) from the host generator
 };
 
-}  // namespace journey::cuda
+}  // namespace journey
