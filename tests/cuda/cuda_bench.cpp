@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     std::iota(table.begin(), table.end(), 0);
     backend->allocate_kv_cache(int64_t(table.size()), block);
     std::vector<int32_t> prompt(size_t(options.prompt_tokens), 1);
-    std::vector<cuda::DeviceSampling> greedy(1);
+    std::vector<DeviceSampling> greedy(1);
     ForwardBatch batch;
     batch.sequences.push_back({0, prompt, 0, table, false});
     int32_t next = backend->forward_sample(batch, greedy)[0];

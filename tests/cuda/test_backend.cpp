@@ -191,15 +191,15 @@ TEST_CASE("on-device sampling: greedy equals the host argmax of the same logits;
   batch.sequences.push_back({0, prompt_for(model.config), 0, {0}, false});
   batch.sequences.push_back({1, {1, 300, 42}, 0, {1}, true});
   const ForwardOutput out = gpu->forward(batch);
-  std::vector<cuda::DeviceSampling> greedy_params(2);
+  std::vector<DeviceSampling> greedy_params(2);
   const std::vector<int32_t> ids = gpu->forward_sample(batch, greedy_params);
   REQUIRE(ids.size() == 2);
   for (size_t i = 0; i < 2; ++i)
     CHECK(ids[i] == argmax(std::span<const float>(out.last_row(i), size_t(out.vocab_size))));
   // top_k = 1 is greedy whatever u is
-  std::vector<cuda::DeviceSampling> top1 = {{0.8, 1, 1.0, 0.9f}, {1.5, 1, 0.5, 0.1f}};
+  std::vector<DeviceSampling> top1 = {{0.8, 1, 1.0, 0.9f}, {1.5, 1, 0.5, 0.1f}};
   CHECK(gpu->forward_sample(batch, top1) == ids);
-  std::vector<cuda::DeviceSampling> bad = {{-1.0, 0, 1.0, 0.5f}, {1.0, 0, 1.0, 0.5f}};
+  std::vector<DeviceSampling> bad = {{-1.0, 0, 1.0, 0.5f}, {1.0, 0, 1.0, 0.5f}};
   CHECK_THROWS_AS(gpu->forward_sample(batch, bad), Error);
 }
 

@@ -285,7 +285,7 @@ TEST_CASE("sample_rows draws what the host processors draw for the same u") {
                                    {1.3, 50, 0.5}, {0.8, 1, 1.0},  {2.0, 5000, 0.95}};
   const std::vector<float> us = {0.0f, 0.13f, 0.5f, 0.77f, 0.999f};
   std::vector<float> logits;            // [R, V]
-  std::vector<cuda::DeviceSampling> params;
+  std::vector<DeviceSampling> params;
   std::vector<int32_t> expected;
   int64_t R = 0;
   for (size_t c = 0; c < cases.size(); ++c) {
@@ -313,10 +313,10 @@ TEST_CASE("sample_rows draws what the host processors draw for the same u") {
   }
   DeviceArray<float> d_logits(logits), d_probs(size_t(R * V));
   DeviceArray<int32_t> ids(static_cast<size_t>(R));
-  std::vector<uint8_t> raw(params.size() * sizeof(cuda::DeviceSampling));
+  std::vector<uint8_t> raw(params.size() * sizeof(DeviceSampling));
   std::memcpy(raw.data(), params.data(), raw.size());
   DeviceArray<uint8_t> d_params(raw);
-  cuda::sample_rows(ids.get(), d_logits.get(), reinterpret_cast<const cuda::DeviceSampling*>(d_params.get()),
+  cuda::sample_rows(ids.get(), d_logits.get(), reinterpret_cast<const DeviceSampling*>(d_params.get()),
                     d_probs.get(), R, V, nullptr);
   const std::vector<int32_t> got = ids.download();
   for (int64_t r = 0; r < R; ++r) {

@@ -13,7 +13,7 @@
 
 #include "assets/model.h"
 #include "core/error.h"
-#include "engine/backend.h"
+#include "backend/backend.h"
 #include "reference/cpu_backend.h"
 #include "trace/compare.h"
 #include "trace/dump_sink.h"
