@@ -13,7 +13,7 @@
 #include "assets/model.h"
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
-#include "reference/cpu_backend.h"
+#include "cpu/cpu_backend.h"
 #include "sampling/processors.h"
 #include "text/tokenizer.h"
 #include "trace/sink.h"

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
-#include "reference/bench.h"
+#include "cpu/bench.h"
 
 int main(int argc, char** argv) {
   using namespace journey;
