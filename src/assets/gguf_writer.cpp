@@ -65,7 +65,7 @@ void write_value(Out& out, const GgufValue& v) {
   }
 }
 
-uint64_t aligned(uint64_t n) { return (n + GgufWriter::kAlignment - 1) / GgufWriter::kAlignment * GgufWriter::kAlignment; }
+uint64_t aligned(uint64_t n, uint64_t alignment) { return (n + alignment - 1) / alignment * alignment; }
 
 }  // namespace
 
@@ -148,6 +148,14 @@ void GgufWriter::add_tensor(GgufTensorPlan plan) {
 }
 
 void GgufWriter::write(const fs::path& path, const std::function<void(size_t, std::vector<std::byte>&)>& produce) const {
+  // general.alignment, when set (copied from a source file), is honoured as readers will expect it
+  uint64_t alignment = kAlignment;
+  for (const auto& [key, value] : kv_)
+    if (key == "general.alignment") {
+      alignment = value.u;
+      if (value.type != GgufType::U32 || alignment == 0 || (alignment & (alignment - 1)) != 0)
+        fail("GGUF writer: general.alignment must be a u32 power of two, found ", value.i);
+    }
   const fs::path partial = path.string() + ".partial";
   try {
     Out out(partial);
@@ -171,9 +179,9 @@ void GgufWriter::write(const fs::path& path, const std::function<void(size_t, st
       for (auto d = t.shape.rbegin(); d != t.shape.rend(); ++d) out.put<uint64_t>(uint64_t(*d));  // ggml ne: innermost first
       out.put<uint32_t>(ggml_type_of(t.dtype));
       out.put<uint64_t>(offset);
-      offset += aligned(sizes.back());
+      offset += aligned(sizes.back(), alignment);
     }
-    out.pad_to(kAlignment);
+    out.pad_to(alignment);
     std::vector<std::byte> data;
     for (size_t i = 0; i < tensors_.size(); ++i) {
       data.clear();
@@ -182,7 +190,7 @@ void GgufWriter::write(const fs::path& path, const std::function<void(size_t, st
         fail("GGUF writer: tensor ", tensors_[i].name, " (", dtype_name(tensors_[i].dtype), ") produced ", data.size(),
              " bytes, its shape and type need ", sizes[i]);
       out.bytes(data.data(), data.size());
-      out.pad_to(kAlignment);
+      out.pad_to(alignment);
     }
     out.close();
     fs::rename(partial, path);

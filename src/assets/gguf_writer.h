@@ -46,7 +46,7 @@ class GgufWriter {
   void write(const std::filesystem::path& path,
              const std::function<void(size_t index, std::vector<std::byte>& out)>& produce) const;
 
-  static constexpr uint64_t kAlignment = 32;  // GGUF_DEFAULT_ALIGNMENT
+  static constexpr uint64_t kAlignment = 32;  // GGUF_DEFAULT_ALIGNMENT, unless general.alignment is set
 
  private:
   std::vector<std::pair<std::string, GgufValue>> kv_;

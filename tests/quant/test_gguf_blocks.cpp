@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "assets/gguf_writer.h"
 #include "assets/model.h"
 #include "core/error.h"
 #include "quant_test_util.h"
@@ -151,4 +152,40 @@ TEST_CASE("TensorRef::to_f32 checks rows and bytes of block tensors it did not g
   t.shape = {3, 256};
   t.nbytes = 144 * 2;
   CHECK_THROWS_WITH_AS(t.to_f32(), doctest::Contains("288 bytes do not hold 768 elements of q4_K (432 bytes)"), Error);
+}
+
+TEST_CASE("the GGUF writer: key/values and tensors read back, general.alignment is honoured, failures leave no file") {
+  const fs::path dir = quant_scratch("writer");
+  GgufWriter w;
+  w.set("general.architecture", gguf_string("llama"));
+  w.set("x.count", gguf_u32(7));
+  w.set("x.scale", gguf_f32(0.25f));
+  w.set("x.flag", gguf_bool(true));
+  w.set("x.names", gguf_string_array({"a", "bb"}));
+  w.set("x.count", gguf_u32(8));  // replaced: moves to the end, as llama.cpp's gguf_set_val does
+  w.set("general.alignment", gguf_u32(64));
+  w.add_tensor({"a", DType::F32, {3}});
+  w.add_tensor({"b", DType::Q8_0, {2, 32}});
+  w.write(dir / "w.gguf", [](size_t i, std::vector<std::byte>& out) {
+    out.assign(i == 0 ? 12 : 68, std::byte(i == 0 ? 0 : 1));
+  });
+  const GgufFile g = GgufFile::open(dir / "w.gguf");
+  CHECK(g.keys() == std::vector<std::string>{"general.architecture", "x.scale", "x.flag", "x.names", "x.count", "general.alignment"});
+  CHECK(g.get_int("x.count") == 8);
+  CHECK(g.get_float("x.scale") == 0.25);
+  CHECK(g.get_bool("x.flag"));
+  CHECK(g.get_string_array("x.names") == std::vector<std::string>{"a", "bb"});
+  CHECK(g.alignment() == 64);
+  CHECK(g.data_start() % 64 == 0);
+  REQUIRE(g.tensors().size() == 2);
+  CHECK(g.tensors()[1].offset == 64);
+  CHECK(g.tensors()[1].shape == std::vector<int64_t>{2, 32});
+  CHECK(std::to_integer<int>(g.tensor_data(g.tensors()[1])[67]) == 1);
+
+  // a producer that gives the wrong number of bytes: an error naming the tensor, and no file
+  CHECK_THROWS_WITH_AS(w.write(dir / "bad.gguf", [](size_t, std::vector<std::byte>& out) { out.resize(5); }),
+                       doctest::Contains("tensor a (f32) produced 5 bytes, its shape and type need 12"), Error);
+  CHECK_FALSE(fs::exists(dir / "bad.gguf"));
+  CHECK_FALSE(fs::exists(dir / "bad.gguf.partial"));
+  CHECK_THROWS_WITH_AS(w.add_tensor({"c", DType::Q4_K, {2, 128}}), doctest::Contains("row length 128 is not a multiple of the q4_K block size 256"), Error);
 }
