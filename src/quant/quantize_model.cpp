@@ -6,14 +6,17 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <exception>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "assets/convert.h"
 #include "assets/gguf.h"
 #include "assets/gguf_writer.h"
 #include "assets/model.h"
 #include "core/error.h"
+#include "core/threads.h"
 #include "quant/dequantize.h"
 #include "quant/quantize.h"
 #include "quant/tensor_types.h"
@@ -47,6 +50,29 @@ struct Source {
   std::vector<std::string> notes;
   std::shared_ptr<const void> keep_alive;  // the mapped source files
 };
+
+// Quantize a tensor's rows on `threads` threads, each a contiguous range of whole rows. Rows are
+// quantized independently, so the bytes do not depend on the thread count.
+void quantize_rows(DType type, const float* values /*[rows, row]*/, std::byte* out, int64_t rows, int64_t row, int threads) {
+  const int64_t row_bytes = dtype_bytes_for(type, row);
+  const int64_t per_thread = (rows + threads - 1) / threads;
+  std::vector<std::thread> pool;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    const int64_t r0 = t * per_thread, r1 = std::min(rows, r0 + per_thread);
+    if (r0 >= r1) break;
+    pool.emplace_back([&, t, r0, r1] {
+      try {
+        quantize(type, values + r0 * row, out + r0 * row_bytes, (r1 - r0) * row);
+      } catch (...) {
+        errors[size_t(t)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& thread : pool) thread.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
 
 // llama.cpp's weight_name_comparer: tensors outside the layers first (by name), then layer by layer.
 bool llama_cpp_order(const std::string& a, const std::string& b) {
@@ -253,6 +279,7 @@ QuantizeReport quantize_model(const QuantizeOptions& options) {
   source.writer.set("general.file_type", gguf_u32(uint32_t(gguf_file_type_number(recipe->file_type))));
 
   uint64_t weights_done = 0;
+  const int threads = resolve_threads(options.threads);
   source.writer.write(options.output, [&](size_t i, std::vector<std::byte>& out) {
     const SourceTensor& t = source.tensors[i];
     const DType to = source.writer.tensors()[i].dtype;
@@ -262,7 +289,8 @@ QuantizeReport quantize_model(const QuantizeOptions& options) {
     } else {
       const std::vector<float> values = t.to_f32();  // [numel]
       out.resize(size_t(dtype_bytes_for(to, n)));
-      quantize(to, values.data(), out.data(), n);
+      const int64_t row = t.shape.back();
+      quantize_rows(to, values.data(), out.data(), n / row, row, threads);
     }
     report.output_bytes += out.size();
     weights_done += uint64_t(n);

@@ -34,6 +34,7 @@ struct QuantizeOptions {
   std::string type;               // a recipe name (tensor_types.h): q8_0, q4_k_m, ...
   bool pure = false;              // every quantizable matrix gets the base type (llama-quantize --pure)
   bool allow_requantize = false;  // quantize tensors that already are (precision is lost twice)
+  int threads = 0;                // rows of a tensor are quantized in parallel; 0 = every core (core/threads.h)
   std::function<void(const QuantizeProgress&)> on_tensor_done;  // after each tensor, for a progress bar
 };
 

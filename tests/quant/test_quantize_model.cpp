@@ -78,6 +78,13 @@ TEST_CASE("journey quantize t105-f32.gguf writes llama.cpp's t105-TYPE.gguf byte
       CHECK(r.notes[0] == "output.weight: row length 128 is not a multiple of the q6_K block size 256: q8_0 instead");
     }
   }
+  // rows are quantized in parallel: the thread count does not change a byte
+  for (int threads : {1, 3}) {
+    QuantizeOptions o = options(quant_data("t105-f32.gguf"), dir / cat("threads-", threads, ".gguf"), "q5_1");
+    o.threads = threads;
+    quantize_model(o);
+    CHECK(sha256_of(dir / cat("threads-", threads, ".gguf")) == expected.at("t105-q5_1.gguf"));
+  }
   // and one of them against the stored file itself, not only its hash
   std::ifstream a(dir / "t105-q4_1.gguf", std::ios::binary), b(quant_data("t105-q4_1.gguf"), std::ios::binary);
   CHECK(std::string(std::istreambuf_iterator<char>(a), {}) == std::string(std::istreambuf_iterator<char>(b), {}));
