@@ -6,9 +6,10 @@
 // (tensor_types.h) and quantized by the reference quantizers (quantize.h). For the legacy types the
 // file is byte-identical to llama.cpp's (tests/quant).
 // From a Hugging Face directory (or a llama2.c checkpoint), the llama metadata, the tokenizer
-// (SentencePiece tokenizer.model -> tokenizer.ggml.*) and the chat template are written the way
-// llama.cpp's convert_hf_to_gguf.py writes them, Q/K rows are put back in Meta's interleaved RoPE
-// order, and the tensors go through the same rules.
+// (byte-level BPE tokenizer.json -> "gpt2", SentencePiece tokenizer.model -> "llama") and the chat
+// template are written the way llama.cpp's convert_hf_to_gguf.py writes them, Q/K rows are put back
+// in Meta's interleaved RoPE order, and the tensors go through the same rules. The written
+// vocabulary must tokenize sample texts exactly like the source's tokenizer, or no file is kept.
 #pragma once
 #include <cstdint>
 #include <filesystem>

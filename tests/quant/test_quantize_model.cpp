@@ -17,6 +17,7 @@
 
 #include "assets/gguf.h"
 #include "assets/model.h"
+#include "assets/safetensors.h"
 #include "core/error.h"
 #include "quant/quantize_model.h"
 #include "quant/tensor_types.h"
@@ -237,4 +238,70 @@ TEST_CASE("the journey binary: quantize the shipped stories260K, then generate f
   auto [bad_status, bad_out, bad_err] = run(cat("quantize '", model, "' --type q3_k_xs --out '", (dir / "x.gguf").string(), "'"));
   CHECK(bad_status != 0);
   CHECK(bad_err.find("q3_k_xs") != std::string::npos);
+}
+
+TEST_CASE("a llama directory with a byte-level BPE tokenizer.json (Llama 3's, Qwen2.5's) keeps its tokenizer in GGUF") {
+  // The tiny model only carries the vocabulary: 1 layer, hidden 16, random weights, tied embeddings.
+  struct Case { std::string tokenizer, pre; int64_t vocab; };
+  for (const Case& c : {Case{"llama3-instruct", "llama-bpe", 128256}, Case{"qwen2.5-instruct", "qwen2", 151936}}) {
+    INFO(c.tokenizer);
+    const fs::path dir = quant_scratch("bpe-" + c.tokenizer);
+    const fs::path hf = dir / "model";
+    fs::create_directories(hf);
+    const fs::path tok = fs::path(JOURNEY_BINARY_DIR) / "tests/text/tokenizers/hf" / c.tokenizer;
+    fs::copy_file(tok / "tokenizer.json", hf / "tokenizer.json");
+    fs::copy_file(tok / "tokenizer_config.json", hf / "tokenizer_config.json");
+    std::ofstream(hf / "config.json") << cat(R"({"model_type": "llama", "hidden_size": 16, "intermediate_size": 32,
+      "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": )", c.vocab,
+      R"(, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": true})");
+    std::vector<std::vector<float>> storage;
+    std::vector<TensorRef> tensors;
+    auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      storage.emplace_back(size_t(n));
+      for (size_t i = 0; i < storage.back().size(); ++i) storage.back()[i] = 0.01f * float(int64_t(i * 7919 % 200) - 100);
+      TensorRef t;
+      t.name = name;
+      t.shape = shape;
+      t.data = reinterpret_cast<const std::byte*>(storage.back().data());
+      t.nbytes = size_t(n) * 4;
+      tensors.push_back(t);
+    };
+    storage.reserve(16);
+    add("model.embed_tokens.weight", {c.vocab, 16});
+    add("model.norm.weight", {16});
+    for (const char* name : {"input_layernorm", "post_attention_layernorm"}) add(cat("model.layers.0.", name, ".weight"), {16});
+    add("model.layers.0.self_attn.q_proj.weight", {16, 16});
+    add("model.layers.0.self_attn.k_proj.weight", {8, 16});
+    add("model.layers.0.self_attn.v_proj.weight", {8, 16});
+    add("model.layers.0.self_attn.o_proj.weight", {16, 16});
+    add("model.layers.0.mlp.gate_proj.weight", {32, 16});
+    add("model.layers.0.mlp.up_proj.weight", {32, 16});
+    add("model.layers.0.mlp.down_proj.weight", {16, 32});
+    write_safetensors(hf / "model.safetensors", tensors);
+
+    // quantize_model itself refuses to write a vocabulary that tokenizes differently (check_tokenizer);
+    // here the comparison is repeated on llama.cpp's 46 tokenizer test strings
+    quantize_model(options(hf, dir / "model.gguf", "q8_0"));
+    const GgufFile g = GgufFile::open(dir / "model.gguf");
+    CHECK(g.get_string("tokenizer.ggml.model") == "gpt2");
+    CHECK(g.get_string("tokenizer.ggml.pre") == c.pre);
+    const auto from_json = load_tokenizer(hf / "tokenizer.json");
+    const auto from_gguf = load_tokenizer(dir / "model.gguf");
+    std::ifstream inp(fs::path(JOURNEY_SOURCE_DIR) / "tests/data/tokenizers/llamacpp-vocab/ggml-vocab-llama-bpe.gguf.inp");
+    const std::string all((std::istreambuf_iterator<char>(inp)), {});
+    const std::string separator = "\n__ggml_vocab_test__\n";
+    int compared = 0;
+    for (size_t at = 0; at < all.size();) {
+      size_t end = all.find(separator, at);
+      if (end == std::string::npos) end = all.size();
+      const std::string text = all.substr(at, end - at);
+      INFO(text);
+      CHECK(from_gguf->encode(text, true) == from_json->encode(text, true));
+      ++compared;
+      at = end + separator.size();
+    }
+    CHECK(compared >= 40);
+  }
 }
