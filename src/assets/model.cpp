@@ -209,10 +209,10 @@ void validate_weights(const ModelConfig& config, const WeightStore& weights, con
       fail(where.string(), ": tensor ", e.name, " has shape ", shape_str(t.shape), ", expected ", shape_str(e.shape),
            " from the config (hidden ", config.hidden_size, ", heads ", config.num_heads, ", KV heads ", config.num_kv_heads,
            ", head dim ", config.head_dim, ", FFN ", config.intermediate_size, ", vocab ", config.vocab_size, ") in ", t.source);
-    // Quantized GGUF blocks (q8_0, q4_0) dequantize like floats; integer tensors are not weights.
-    if (!dtype_is_float(t.dtype) && t.dtype != DType::Q8_0 && t.dtype != DType::Q4_0)
+    // Quantized GGUF blocks dequantize like floats; integer tensors are not weights.
+    if (!dtype_is_weight(t.dtype))
       fail(where.string(), ": tensor ", e.name, " has dtype ", dtype_name(t.dtype),
-           ", expected a float type (f32, f16, bf16) in ", t.source);
+           ", expected a float type (f32, f16, bf16) or a GGML block type (q8_0 ... q6_K) in ", t.source);
   }
 }
 
