@@ -10,6 +10,11 @@ each other and the engine with both (tests/golden/check_hf_goldens.py, tests/gol
     tools/python/venv-python tools/trace/hf_reference.py --model tests/golden/models/tiny-qwen3 \\
         --tokens 1,403,407,261,378 --decode-steps 3 --out tests/golden/transformers/tiny-qwen3
 
+    # a GGUF file, loaded by transformers' own GGUF support (gguf-py dequantizes, transformers
+    # renames and un-permutes q/k), e.g. SmolLM2-135M-Instruct in Q4_1:
+    tools/python/venv-python tools/trace/hf_reference.py --gguf models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf \\
+        --tokens 1,9690,198 --decode-steps 2 --out out/smollm2-hf
+
 Where each stage comes from (module names of modeling_llama.py / modeling_qwen2.py / modeling_qwen3.py):
 
     embeddings    model.embed_tokens output          q, k, v      self_attn.{q,k,v}_proj outputs
@@ -121,7 +126,9 @@ class StageHooks:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True, help="Hugging Face model directory (config.json + *.safetensors)")
+    source = ap.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="Hugging Face model directory (config.json + *.safetensors)")
+    source.add_argument("--gguf", help="a GGUF model file")
     ap.add_argument("--out", required=True, help="dump directory to write")
     ap.add_argument("--tokens", required=True, help="comma-separated token ids fed as the prefill")
     ap.add_argument("--decode-steps", type=int, default=3, help="greedy decode steps after the prefill")
@@ -129,7 +136,12 @@ def main():
     args = ap.parse_args()
 
     torch.set_grad_enabled(False)
-    model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=torch.float64, attn_implementation="eager")
+    if args.gguf:
+        model = AutoModelForCausalLM.from_pretrained(os.path.dirname(os.path.abspath(args.gguf)),
+                                                     gguf_file=os.path.basename(args.gguf), torch_dtype=torch.float64,
+                                                     attn_implementation="eager")
+    else:
+        model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=torch.float64, attn_implementation="eager")
     model.eval()
     ids = [int(t) for t in args.tokens.split(",")]
     V = model.config.vocab_size
@@ -160,15 +172,19 @@ def main():
         start += len(feed)
         feed = [chosen]
 
-    with open(os.path.join(args.model, "config.json"), encoding="utf-8") as f:
-        config = json.load(f)
+    if args.gguf:
+        config = json.loads(model.config.to_json_string())
+    else:
+        with open(os.path.join(args.model, "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    model_path = args.gguf or args.model
     command = "tools/python/venv-python tools/trace/hf_reference.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     manifest = {
         "format": "journey-trace",
         "version": 1,
         "generated_by": {"tool": "tools/trace/hf_reference.py", "command": command},
-        "model": {"path": os.path.relpath(os.path.abspath(args.model), REPO_ROOT), "architecture": config["model_type"],
-                  "config": config, "hash": model_fingerprint(args.model)},
+        "model": {"path": os.path.relpath(os.path.abspath(model_path), REPO_ROOT), "architecture": config["model_type"],
+                  "config": config, "hash": model_fingerprint(model_path)},
         "settings": {"reference_dtype": "float64", "attn_implementation": "eager", "decode_steps": args.decode_steps,
                      "sampling": "greedy", "modeling": type(model).__name__, "transformers": transformers.__version__,
                      "torch": torch.__version__, "numpy": np.__version__},
