@@ -415,26 +415,43 @@ ModelConfig gguf_model_config(const GgufFile& gguf) {
   return c;
 }
 
+namespace {
+// GGUF <-> Hugging Face tensor names: one table each for the global and the per-layer tensors.
+const std::pair<const char*, const char*> kGlobalNames[] = {
+    {"token_embd.weight", "model.embed_tokens.weight"},
+    {"output_norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+};
+const std::pair<const char*, const char*> kLayerNames[] = {
+    {"attn_q", "self_attn.q_proj"},       {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},       {"attn_output", "self_attn.o_proj"},
+    {"attn_norm", "input_layernorm"},     {"ffn_norm", "post_attention_layernorm"},
+    {"ffn_gate", "mlp.gate_proj"},        {"ffn_up", "mlp.up_proj"},
+    {"ffn_down", "mlp.down_proj"},        {"attn_q_norm", "self_attn.q_norm"},
+    {"attn_k_norm", "self_attn.k_norm"},
+};
+}  // namespace
+
 std::string gguf_to_hf_name(const std::string& name) {
-  static const std::map<std::string, std::string> global = {
-      {"token_embd.weight", "model.embed_tokens.weight"},
-      {"output_norm.weight", "model.norm.weight"},
-      {"output.weight", "lm_head.weight"},
-  };
-  static const std::map<std::string, std::string> per_layer = {
-      {"attn_q", "self_attn.q_proj"},       {"attn_k", "self_attn.k_proj"},
-      {"attn_v", "self_attn.v_proj"},       {"attn_output", "self_attn.o_proj"},
-      {"attn_norm", "input_layernorm"},     {"ffn_norm", "post_attention_layernorm"},
-      {"ffn_gate", "mlp.gate_proj"},        {"ffn_up", "mlp.up_proj"},
-      {"ffn_down", "mlp.down_proj"},        {"attn_q_norm", "self_attn.q_norm"},
-      {"attn_k_norm", "self_attn.k_norm"},
-  };
-  if (auto it = global.find(name); it != global.end()) return it->second;
+  for (const auto& [gguf, hf] : kGlobalNames)
+    if (name == gguf) return hf;
   static const std::regex layer_re(R"(blk\.(\d+)\.([a-z_]+)\.(weight|bias))");
   std::smatch m;
   if (std::regex_match(name, m, layer_re)) {
-    if (auto it = per_layer.find(m[2].str()); it != per_layer.end())
-      return cat("model.layers.", m[1].str(), ".", it->second, ".", m[3].str());
+    for (const auto& [gguf, hf] : kLayerNames)
+      if (m[2].str() == gguf) return cat("model.layers.", m[1].str(), ".", hf, ".", m[3].str());
+  }
+  return name;
+}
+
+std::string hf_to_gguf_name(const std::string& name) {
+  for (const auto& [gguf, hf] : kGlobalNames)
+    if (name == hf) return gguf;
+  static const std::regex layer_re(R"(model\.layers\.(\d+)\.([a-z_.]+)\.(weight|bias))");
+  std::smatch m;
+  if (std::regex_match(name, m, layer_re)) {
+    for (const auto& [gguf, hf] : kLayerNames)
+      if (m[2].str() == hf) return cat("blk.", m[1].str(), ".", gguf, ".", m[3].str());
   }
   return name;
 }

@@ -110,6 +110,8 @@ ModelConfig gguf_model_config(const GgufFile& gguf);
 // GGUF tensor name -> Hugging Face name ("blk.3.attn_q.weight" -> "model.layers.3.self_attn.q_proj.weight");
 // names without a mapping are returned unchanged.
 std::string gguf_to_hf_name(const std::string& gguf_name);
+// The inverse ("model.layers.3.self_attn.q_proj.weight" -> "blk.3.attn_q.weight"); unknown names unchanged.
+std::string hf_to_gguf_name(const std::string& hf_name);
 
 // Every tensor of the file, zero-copy, under its Hugging Face name.
 WeightStore gguf_weights(const GgufFile& gguf);

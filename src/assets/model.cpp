@@ -135,6 +135,9 @@ LoadedModel load_directory(const fs::path& dir, bool with_weights) {
   if (with_weights) {
     if (fs::is_regular_file(index)) read_safetensors_index(index, m.weights);
     else read_safetensors(single, m.weights);
+    if (const auto awq = read_awq_config(config))
+      m.notes.push_back(cat("AWQ checkpoint (", awq->bits, "-bit, group size ", awq->group_size, ", GEMM packing): ",
+                            dequantize_awq_weights(*awq, m.weights, dir.string()), " layers dequantized to f32 at load"));
     validate_weights(m.config, m.weights, dir);
   }
   return m;

@@ -10,6 +10,7 @@
 
 #include "assets/gguf.h"
 #include "core/dtype.h"
+#include "quant/quantize_model.h"
 
 namespace journey::test {
 
@@ -41,6 +42,14 @@ inline const GgufTensorInfo& tensor_info(const GgufFile& g, const std::string& n
     if (t.name == name) return t;
   FAIL("no tensor " << name << " in " << g.path());
   throw;
+}
+
+inline quant::QuantizeOptions options(fs::path input, fs::path output, std::string type) {
+  quant::QuantizeOptions o;
+  o.input = std::move(input);
+  o.output = std::move(output);
+  o.type = std::move(type);
+  return o;
 }
 
 // One crop fixture: which file, which llama.cpp file type, which block type its blk.0.ffn_gate has.

@@ -12,14 +12,21 @@ What the tests need, kept small (see tests/data/quantized/PROVENANCE.md):
   - kq-tensor-types.txt: the type llama.cpp gave every tensor of every kq-* and t105-* file (to check
     journey's type rules without storing the files);
   - sha256.txt: the sha256 of every llama.cpp file, so tests can compare journey's own output with
-    files they do not store.
+    files they do not store;
+  - kq-f32.logits.npy + kq-f32.logits.json: the logits journey's reference forward gives for PROMPT on
+    kq-f32.gguf (7 MB, not stored), so the K-type files can be compared with the f32 model they came
+    from. Made with `journey trace` (pass the journey binary as the second argument).
 
-Run from the repository root:  /usr/bin/python3 tools/quant/make_fixtures.py [SHARED_QUANTIZED_DIR]
+Run from the repository root:
+  /usr/bin/python3 tools/quant/make_fixtures.py SHARED_QUANTIZED_DIR [build/src/cli/journey]
 """
 import hashlib
+import json
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -35,6 +42,7 @@ MODELS = {
                 "q3_k_m", "q4_k_m", "q5_k_m"]),
     "t105": (64, ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1"]),
 }
+PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park."
 WHOLE_FILES = ["t105-f32.gguf", "t105-q4_1.gguf", "kq-q2_k.gguf", "kq-q3_k_m.gguf", "kq-q4_k_m.gguf"]
 
 
@@ -81,6 +89,18 @@ def main():
         for name in sorted(os.listdir(SOURCE)):
             if name.endswith(".gguf"):
                 out.write(f"{name} {sha256(os.path.join(SOURCE, name))}\n")
+
+    if len(sys.argv) > 2:
+        with tempfile.TemporaryDirectory() as trace:
+            subprocess.run([sys.argv[2], "trace", PROMPT, "--model", os.path.join(SOURCE, "kq-f32.gguf"), "--out", trace,
+                            "--max-tokens", "1", "--temperature", "0", "--stages", "logits"], check=True,
+                           stdout=subprocess.DEVNULL)
+            manifest = json.load(open(os.path.join(trace, "manifest.json")))
+            shutil.copyfile(os.path.join(trace, "s000.logits.npy"), os.path.join(OUT, "kq-f32.logits.npy"))
+            json.dump({"prompt": PROMPT, "model": "kq-f32.gguf", "sha256": sha256(os.path.join(SOURCE, "kq-f32.gguf")),
+                       "made_by": "journey trace PROMPT --model kq-f32.gguf --max-tokens 1 --temperature 0 --stages logits",
+                       "manifest_tokens": manifest.get("tokens", manifest.get("prompt_tokens"))},
+                      open(os.path.join(OUT, "kq-f32.logits.json"), "w"), indent=1)
 
 
 if __name__ == "__main__":
