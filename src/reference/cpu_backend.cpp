@@ -48,7 +48,7 @@ HugePageFloats load_tensor(const WeightStore& weights, const std::string& name, 
     fail("tensor ", name, " in ", t.source, ": expected shape ", show(shape), " (from the model config), found ",
          show(t.shape));
   }
-  if (!dtype_is_float(t.dtype) && t.dtype != DType::Q8_0 && t.dtype != DType::Q4_0)
+  if (!dtype_is_weight(t.dtype))
     fail("tensor ", name, " in ", t.source, ": expected a float or quantized weight type, found ", dtype_name(t.dtype));
   const std::vector<float> widened = t.to_f32();
   return HugePageFloats(widened.begin(), widened.end());

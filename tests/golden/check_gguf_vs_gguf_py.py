@@ -1,6 +1,6 @@
 """journey's GGUF reader against llama.cpp's own (the `gguf` package, gguf-py), on whole real files.
 
-For each file, tests/golden/gguf_dump (journey's GgufFile + convert_to_f32) writes what journey
+For each file, tests/golden/gguf_dump (journey's GgufFile + quant::dequantize) writes what journey
 read; gguf.GGUFReader reads the same file. They must agree on: the version, every metadata key in
 file order with its type number and value (arrays item by item: the 49152 tokens and 48900 merges
 of SmolLM2 included), every tensor's name, shape (journey outermost first = gguf-py's reversed),

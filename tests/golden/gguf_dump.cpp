@@ -4,7 +4,7 @@
 //   OUT_DIR/metadata.json  {"version", "alignment", "data_start", "keys": [{"key", "type", "value"}]}
 //                          in file order; "type" is the GGUF type number, arrays hold their items
 //   OUT_DIR/tensors.json   [{"name", "shape" (outermost first), "dtype", "offset", "nbytes", "file"}]
-//   OUT_DIR/<i>.npy        each tensor widened / dequantized to f32 by journey (convert_to_f32)
+//   OUT_DIR/<i>.npy        each tensor widened / dequantized to f32 by journey (quant::dequantize)
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -15,6 +15,7 @@
 
 #include "assets/gguf.h"
 #include "core/dtype.h"
+#include "quant/dequantize.h"
 #include "trace/npy.h"
 
 namespace {
@@ -61,7 +62,7 @@ int main(int argc, char** argv) {
       int64_t numel = 1;
       for (int64_t d : t.shape) numel *= d;
       std::vector<float> values(static_cast<size_t>(numel));  // [numel], t.shape outermost first
-      journey::convert_to_f32(t.dtype, gguf.tensor_data(t), numel, values.data());
+      journey::quant::dequantize(t.dtype, gguf.tensor_data(t), values.data(), numel);
       const std::string file = std::to_string(index++) + ".npy";
       journey::write_npy(out / file, values, t.shape);
       tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", journey::dtype_name(t.dtype)},

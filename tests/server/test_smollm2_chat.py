@@ -5,9 +5,9 @@
 
 SmolLM2-135M-Instruct (Q4_1 GGUF, fetched by tools/python/fetch-models.sh into the git-ignored
 models/) answers "What is the capital of France?" through the chat template in its GGUF metadata
-(ChatML) and stops on its EOS, <|im_end|>. Checked against transformers on the same GGUF file:
-the prompt token count equals len(apply_chat_template(...)) with the GGUF's own template and the
-tokenizer transformers builds from the GGUF vocabulary; the greedy answer is the one
+(ChatML) and stops on its EOS, <|im_end|>. Checked against transformers on the same GGUF file
+(tools/python/gguf_reference.py): the prompt token ids equal apply_chat_template(...) with the
+GGUF's own template, tokenized by the tokenizer transformers builds from the GGUF vocabulary; the greedy answer is the one
 tests/golden/check_smollm2.py checks token for token against transformers' LlamaForCausalLM.
 Skips (exit 77, saying so) when the model is absent. Run by ctest as server_smollm2_chat.
 """
@@ -27,6 +27,8 @@ QUESTION = [{"role": "system", "content": "You are a concise assistant. Answer i
             {"role": "user", "content": "What is the capital of France?"}]
 server = None
 client = None
+HF_TOKENIZER = None
+sys.path.insert(0, os.path.join(REPO, "tools", "python"))
 
 
 def setUpModule():
@@ -43,11 +45,18 @@ def tearDownModule():
         raise RuntimeError(f"the server died during the tests:\n{log}")
 
 
+def hf_tokenizer():
+    """transformers' tokenizer from the same GGUF file (tools/python/gguf_reference.py), made once."""
+    global HF_TOKENIZER
+    if HF_TOKENIZER is None:
+        from gguf_reference import tokenizer_for_gguf
+        HF_TOKENIZER = tokenizer_for_gguf(ARGS.model, [f for f in os.listdir(ARGS.model) if f.endswith(".gguf")][0])
+    return HF_TOKENIZER
+
+
 def hf_prompt_ids(messages):
     """The prompt as transformers builds it from the same GGUF file: its template, its vocabulary."""
-    from transformers import AutoTokenizer
-    gguf = [f for f in os.listdir(ARGS.model) if f.endswith(".gguf")][0]
-    tokenizer = AutoTokenizer.from_pretrained(ARGS.model, gguf_file=gguf)
+    tokenizer = hf_tokenizer()
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return text, tokenizer(text, add_special_tokens=False).input_ids
 
@@ -96,12 +105,10 @@ class SeedsRequest(unittest.TestCase):
         transformers builds from the same vocabulary, over the tokenizers-rs strings (Chinese, emoji,
         whitespace runs ...); special-token text is plain text on both sides (/tokenize's prompt)."""
         import lzma
-        from transformers import AutoTokenizer
         path = os.path.join(REPO, "tests", "data", "tokenizers", "tokenizers-rs", "strings.inp.xz")
         with lzma.open(path, "rt", encoding="utf-8", newline="") as f:
             texts = f.read().split("\n__ggml_vocab_test__\n")[:-1]
-        gguf = [f for f in os.listdir(ARGS.model) if f.endswith(".gguf")][0]
-        tokenizer = AutoTokenizer.from_pretrained(ARGS.model, gguf_file=gguf)
+        tokenizer = hf_tokenizer()
         mismatches = []
         for text in texts:
             ours = server.post_json("/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"]

@@ -136,6 +136,7 @@ def main():
     args = ap.parse_args()
 
     torch.set_grad_enabled(False)
+    transformers.utils.logging.disable_progress_bar()
     if args.gguf:
         model = AutoModelForCausalLM.from_pretrained(os.path.dirname(os.path.abspath(args.gguf)),
                                                      gguf_file=os.path.basename(args.gguf), torch_dtype=torch.float64,
