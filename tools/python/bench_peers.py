@@ -100,6 +100,11 @@ def journey_run(journey, path, args):
     return report["prefill_tok_s"]["median"], report["decode_tok_s"]["median"]
 
 
+def last_logits(llm):
+    """[V] the logits of the last token evaluated (llama-cpp-python keeps llm.scores only with logits_all)."""
+    return np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),))
+
+
 def llama_run(path, args, seed):
     """(prefill tok/s, decode tok/s) of one llama.cpp run timed like journey bench."""
     from llama_cpp import Llama
@@ -112,11 +117,11 @@ def llama_run(path, args, seed):
     t0 = time.perf_counter()
     llm.eval(prompt)
     prefill = args.prompt_tokens / (time.perf_counter() - t0)
-    next_token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    next_token = int(np.argmax(last_logits(llm)))
     t0 = time.perf_counter()
     for _ in range(args.gen_tokens):
         llm.eval([next_token])
-        next_token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        next_token = int(np.argmax(last_logits(llm)))
     decode = args.gen_tokens / (time.perf_counter() - t0)
     llm.close()
     return prefill, decode
@@ -144,9 +149,11 @@ def bench_row(name, path, args):
     return row
 
 
-def table(rows, args):
+def table(rows, args, load_before):
+    load_after = os.getloadavg()[0]
     lines = [f"prompt {args.prompt_tokens} tokens, {args.gen_tokens} generated, {args.threads} threads, median of "
-             f"{args.runs} alternating runs; tok/s",
+             f"{args.runs} alternating runs; tok/s; load average {load_before:.1f} at the start, {load_after:.1f} at the "
+             f"end; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(default)')}",
              "",
              "| row | file | MiB | prefill journey | prefill llama.cpp | journey / llama.cpp | decode journey | decode llama.cpp | journey / llama.cpp |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -221,6 +228,7 @@ def main():
     import llama_cpp
     rows = args.rows.split(",")
     log(f"bench-peers: llama-cpp-python {llama_cpp.__version__}, journey {args.journey}")
+    load_before = os.getloadavg()[0]
     results = []
     tiny = [r for r in rows if r in TINYLLAMA_ROWS]
     paths = make_tinyllama_ggufs(tiny, args.threads) if tiny else {}
@@ -232,7 +240,8 @@ def main():
             results.append(bench_row("SmolLM2-135M Q4_1", SMOLLM2, args))
         else:
             results.append(bench_row(f"TinyLlama-1.1B (random) {row.upper()}", paths[row], args))
-    print(table(results, args))
+        log(f"bench-peers: row done: {results[-1]}")
+    print(table(results, args, load_before), flush=True)
     if "smollm2" in rows and os.path.exists(SMOLLM2):
         print()
         print(f"SmolLM2-135M-Instruct Q4_1, greedy, --chat; journey's tokens fed to llama.cpp (teacher forcing):")
