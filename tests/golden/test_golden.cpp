@@ -1,7 +1,8 @@
 // The engine against the independent PyTorch reference, stage by stage.
 //
 // Each directory tests/golden/<name>/ is a dump written by tools/trace/reference.py (float64,
-// from the Hugging Face model definitions): the prompt's prefill and a few greedy decode steps.
+// from the Hugging Face model definitions) or, under transformers/, by tools/trace/hf_reference.py
+// (transformers' modeling code itself): the prompt's prefill and a few greedy decode steps.
 // Here each CPU backend (the literal reference and the fast cpu backend) runs the same token ids,
 // step by step through its paged KV cache, into a DumpSink, and compare_dumps() must find every
 // stage within its tolerance. On failure the
@@ -28,7 +29,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const fs::path kSource = JOURNEY_SOURCE_DIR;
-const char* const kGoldens[] = {"stories260K", "tiny-llama", "tiny-qwen2", "tiny-qwen3"};
+const char* const kGoldens[] = {"stories260K", "tiny-llama", "tiny-qwen2", "tiny-qwen3",
+                                "transformers/tiny-llama", "transformers/tiny-qwen2", "transformers/tiny-qwen3"};
 
 fs::path golden_dir(const std::string& name) { return kSource / "tests" / "golden" / name; }
 
@@ -91,8 +93,9 @@ TEST_CASE("golden: each golden is a complete, versioned dump of a model we ship"
   for (const std::string name : kGoldens) {
    SUBCASE(name.c_str()) {
     const Manifest golden = read_manifest(golden_dir(name) / "manifest.json");  // checks format and version
-    CHECK(golden.generated_by_tool == "tools/trace/reference.py");
-    CHECK(golden.generated_by_command.find("tools/trace/reference.py") != std::string::npos);
+    const std::string tool = name.rfind("transformers/", 0) == 0 ? "tools/trace/hf_reference.py" : "tools/trace/reference.py";
+    CHECK(golden.generated_by_tool == tool);
+    CHECK(golden.generated_by_command.find(tool) != std::string::npos);
     REQUIRE(golden.steps.size() >= 2);  // a prefill and at least one decode through the cache
     CHECK(golden.steps[0].kind == "prefill");
     CHECK(golden.steps[1].kind == "decode");

@@ -108,6 +108,8 @@ def load_weights(model_dir):
 
 def model_fingerprint(model_dir):
     """Same definition as journey::model_fingerprint (src/trace/manifest.h)."""
+    if os.path.isfile(model_dir):  # a single-file model (GGUF): its name and size
+        return "sha256:" + hashlib.sha256(f"{os.path.basename(model_dir)} {os.path.getsize(model_dir)}\n".encode()).hexdigest()
     material = b""
     config = os.path.join(model_dir, "config.json")
     if os.path.exists(config):
