@@ -11,7 +11,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <memory>
 #include <numeric>
+#include <random>
 
 #include "cuda_test_util.h"
 #include "reference/ops.h"
@@ -19,7 +21,6 @@
 
 using namespace journey;
 using cudatest::DeviceArray;
-using cudatest::nmse;
 using cudatest::random_vector;
 
 namespace {
@@ -33,10 +34,13 @@ struct TestMatrix {
   std::unique_ptr<DeviceArray<float>> f32;
   std::unique_ptr<DeviceArray<uint16_t>> narrow;
   const void* device() const { return f32 ? static_cast<const void*>(f32->get()) : narrow->get(); }
+  DType type = DType::F32;
+  cuda::WeightView view() const { return {device(), type}; }
 };
 
 TestMatrix make_matrix(const std::vector<float>& values, DType type) {
   TestMatrix m;
+  m.type = type;
   if (type == DType::F32) {
     m.reference = values;
     m.f32 = std::make_unique<DeviceArray<float>>(values);
@@ -61,7 +65,7 @@ TEST_CASE("embedding_gather widens rows of an f32, bf16 and f16 table exactly") 
     ops::embedding_gather(expected.data(), table.reference.data(), tokens.data(), T, E);
     DeviceArray<int32_t> d_tokens(tokens);
     DeviceArray<float> out(size_t(T * E));
-    cuda::embedding_gather(out.get(), table.device(), type, d_tokens.get(), T, E, nullptr);
+    cuda::embedding_gather(out.get(), table.view(), d_tokens.get(), T, E, nullptr);
     CHECK(out.download() == expected);
     CHECK(out.sentinels_intact());
   }
@@ -133,15 +137,15 @@ TEST_CASE("linear: cuBLAS (T > 1) and every GEMV version (T = 1) in f32, bf16 an
           context.scratch = scratch.get();
           context.scratch_bytes = size_t(T * in) * 2;
           const double tolerance = T == 1 ? kReordered : type == DType::BF16 ? 1e-4 : type == DType::F16 ? 1e-5 : kReordered;
-          cuda::linear(y.get(), d_x.get(), w.device(), type, with_bias ? d_bias.get() : nullptr, T, in, out, context);
+          cuda::linear(y.get(), d_x.get(), w.view(), with_bias ? d_bias.get() : nullptr, T, in, out, context);
           CHECK(nmse(y.download(), expected) < tolerance);
           CHECK(y.sentinels_intact());
           CHECK(scratch.sentinels_intact());
           if (T == 1) {
-            for (int version : {1, 2, 3}) {
+            for (int version : {1, 2, 3, 4}) {
               CAPTURE(version);
               DeviceArray<float> y_v(static_cast<size_t>(out));
-              cuda::gemv(cuda::GemvVersion(version), y_v.get(), d_x.get(), w.device(), type,
+              cuda::gemv(cuda::GemvVersion(version), y_v.get(), d_x.get(), w.view(),
                          with_bias ? d_bias.get() : nullptr, in, out, nullptr);
               CHECK(nmse(y_v.download(), expected) < kReordered);
               CHECK(y_v.sentinels_intact());
@@ -335,7 +339,241 @@ TEST_CASE("launchers reject bad shapes with journey::Error") {
   SKIP_WITHOUT_CUDA_DEVICE();
   CHECK_THROWS_AS(cuda::rope(nullptr, nullptr, 1, 1, 7, 10000.0, RopeLayout::HalfSplit, nullptr), Error);
   CHECK_THROWS_AS(cuda::attention(nullptr, nullptr, nullptr, nullptr, 1, 0, 6, 4, 8, nullptr, nullptr, nullptr), Error);
-  CHECK_THROWS_AS(cuda::gemv(cuda::GemvVersion(3), nullptr, nullptr, nullptr, DType::Q8_0, nullptr, 32, 4, nullptr),
+  CHECK_THROWS_AS(cuda::gemv(cuda::GemvVersion(3), nullptr, nullptr, {nullptr, DType::Q8_0}, nullptr, 32, 4, nullptr),
                   Error);
-  CHECK_THROWS_AS(cuda::linear(nullptr, nullptr, nullptr, DType::BF16, nullptr, 4, 8, 8, cuda::LinearContext{}), Error);
+  CHECK_THROWS_AS(cuda::linear(nullptr, nullptr, {nullptr, DType::BF16}, nullptr, 4, 8, 8, cuda::LinearContext{}),
+                  Error);
+}
+
+// ---- the fast path: grouped products, fused GEMVs, batched decode kernels ---------------------------
+
+TEST_CASE("linear_shared_input: one launch over q/k/v-like targets equals one linear per target") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  cublasHandle_t handle;
+  JOURNEY_CUBLAS_CHECK(cublasCreate(&handle));
+  const std::vector<int64_t> outs = {45, 9, 9};  // odd sizes: a warp's two rows straddle targets
+  for (int64_t in : {67, 256}) {
+    for (DType type : {DType::F32, DType::BF16, DType::F16}) {
+      for (int64_t T : {1, 3}) {
+        for (bool early : {false, true}) {
+          CAPTURE(in);
+          CAPTURE(dtype_name(type));
+          CAPTURE(T);
+          CAPTURE(early);
+          std::vector<TestMatrix> w;
+          std::vector<std::unique_ptr<DeviceArray<float>>> ys, biases;
+          std::vector<cuda::LinearTarget> targets;
+          std::vector<std::vector<float>> expected, bias_values;
+          const std::vector<float> x = random_vector(size_t(T * in), 31);
+          for (size_t t = 0; t < outs.size(); ++t) {
+            w.push_back(make_matrix(random_vector(size_t(outs[t] * in), 32 + uint32_t(t), 0.05f), type));
+            bias_values.push_back(random_vector(size_t(outs[t]), 40 + uint32_t(t)));
+            const bool with_bias = t != 1;  // a target without bias among two with
+            expected.emplace_back(size_t(T * outs[t]));
+            ops::linear(expected.back().data(), x.data(), w.back().reference.data(),
+                        with_bias ? bias_values.back().data() : nullptr, T, in, outs[t], 1);
+            ys.push_back(std::make_unique<DeviceArray<float>>(size_t(T * outs[t])));
+            biases.push_back(std::make_unique<DeviceArray<float>>(bias_values.back()));
+          }
+          for (size_t t = 0; t < outs.size(); ++t)
+            targets.push_back({ys[t]->get(), w[t].view(), t != 1 ? biases[t]->get() : nullptr, outs[t]});
+          DeviceArray<float> d_x(x);
+          DeviceArray<uint16_t> scratch(size_t(T * in));
+          cuda::LinearContext context;
+          context.cublas = handle;
+          context.scratch = scratch.get();
+          context.scratch_bytes = size_t(T * in) * 2;
+          context.early_launch = early;
+          cuda::linear_shared_input(d_x.get(), T, in, cuda::LinearTargets(targets.data(), targets.size()), context);
+          const double tolerance = T == 1 ? kReordered : type == DType::BF16 ? 1e-4 : type == DType::F16 ? 1e-5 : kReordered;
+          for (size_t t = 0; t < outs.size(); ++t) {
+            CAPTURE(t);
+            CHECK(nmse(ys[t]->download(), expected[t]) < tolerance);
+            CHECK(ys[t]->sentinels_intact());
+          }
+        }
+      }
+    }
+  }
+  cublasDestroy(handle);
+}
+
+TEST_CASE("fused GEMVs equal the unfused kernels they replace, and the reference") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  // (E, F) = (67, 45): scalar loads; (256, 136): 16-byte loads, F not a multiple of the 16 rows of a block
+  for (auto [E, F] : {std::pair<int64_t, int64_t>{67, 45}, {256, 136}}) {
+    for (DType type : {DType::F32, DType::BF16}) {
+      for (bool early : {false, true}) {
+        CAPTURE(E);
+        CAPTURE(F);
+        CAPTURE(dtype_name(type));
+        CAPTURE(early);
+        const float eps = 1e-5f;
+        cuda::LinearContext context;
+        context.early_launch = early;
+        const std::vector<float> x = random_vector(static_cast<size_t>(E), 50, 2.0f), norm = random_vector(static_cast<size_t>(E), 51, 0.1f, 1.0f);
+        DeviceArray<float> d_x(x), d_norm(norm);
+        std::vector<float> xn(static_cast<size_t>(E));  // the reference's normalized input
+        ops::rms_norm(xn.data(), x.data(), norm.data(), 1, E, eps);
+        DeviceArray<float> d_xn(static_cast<size_t>(E));
+        cuda::rms_norm(d_xn.get(), d_x.get(), d_norm.get(), 1, E, eps, nullptr);
+
+        // rms_norm_linear_shared_input vs rms_norm + linear_shared_input
+        TestMatrix wq = make_matrix(random_vector(size_t(F * E), 52, 0.05f), type);
+        TestMatrix wk = make_matrix(random_vector(size_t(9 * E), 53, 0.05f), type);
+        DeviceArray<float> q_fused(static_cast<size_t>(F)), k_fused(9), q_plain(static_cast<size_t>(F)), k_plain(9);
+        const cuda::LinearTarget fused_targets[] = {{q_fused.get(), wq.view(), nullptr, F}, {k_fused.get(), wk.view(), nullptr, 9}};
+        const cuda::LinearTarget plain_targets[] = {{q_plain.get(), wq.view(), nullptr, F}, {k_plain.get(), wk.view(), nullptr, 9}};
+        cuda::rms_norm_linear_shared_input(d_x.get(), d_norm.get(), eps, E, fused_targets, context);
+        cuda::linear_shared_input(d_xn.get(), 1, E, plain_targets, context);
+        std::vector<float> q_ref(static_cast<size_t>(F));
+        ops::linear(q_ref.data(), xn.data(), wq.reference.data(), nullptr, 1, E, F, 1);
+        const std::vector<float> q_f = q_fused.download(), q_p = q_plain.download();
+        CHECK(nmse(q_f, q_p) < 1e-12);
+        CHECK(nmse(k_fused.download(), k_plain.download()) < 1e-12);
+        CHECK(nmse(q_f, q_ref) < kReordered);
+        if (q_f != q_p) MESSAGE("rms_norm_linear_shared_input differs from the unfused pair in the last bits");
+        CHECK(q_fused.sentinels_intact());
+        CHECK(k_fused.sentinels_intact());
+
+        // rms_norm_swiglu vs rms_norm + linear_shared_input(gate, up) + swiglu
+        TestMatrix wg = make_matrix(random_vector(size_t(F * E), 54, 0.05f), type);
+        TestMatrix wu = make_matrix(random_vector(size_t(F * E), 55, 0.05f), type);
+        DeviceArray<float> act_fused(static_cast<size_t>(F)), gate(static_cast<size_t>(F)), up(static_cast<size_t>(F)), act_plain(static_cast<size_t>(F));
+        cuda::rms_norm_swiglu(act_fused.get(), d_x.get(), d_norm.get(), eps, wg.view(), wu.view(), E, F, context);
+        const cuda::LinearTarget gate_up[] = {{gate.get(), wg.view(), nullptr, F}, {up.get(), wu.view(), nullptr, F}};
+        cuda::linear_shared_input(d_xn.get(), 1, E, gate_up, context);
+        cuda::swiglu(act_plain.get(), gate.get(), up.get(), F, nullptr);
+        std::vector<float> g_ref(static_cast<size_t>(F)), u_ref(static_cast<size_t>(F)), act_ref(static_cast<size_t>(F));
+        ops::linear(g_ref.data(), xn.data(), wg.reference.data(), nullptr, 1, E, F, 1);
+        ops::linear(u_ref.data(), xn.data(), wu.reference.data(), nullptr, 1, E, F, 1);
+        ops::swiglu(act_ref.data(), g_ref.data(), u_ref.data(), F);
+        CHECK(nmse(act_fused.download(), act_plain.download()) < 1e-12);
+        CHECK(nmse(act_fused.download(), act_ref) < kReordered);
+        CHECK(act_fused.sentinels_intact());
+
+        // linear_residual_add vs linear + residual_add: x += input W^T with W [E, F]
+        TestMatrix wd = make_matrix(random_vector(size_t(E * F), 56, 0.05f), type);
+        const std::vector<float> input = random_vector(static_cast<size_t>(F), 57);
+        DeviceArray<float> d_input(input), resid_fused(x), resid_plain(x), out(static_cast<size_t>(E));
+        cuda::linear_residual_add(resid_fused.get(), d_input.get(), wd.view(), F, E, context);
+        cuda::linear(out.get(), d_input.get(), wd.view(), nullptr, 1, F, E, context);
+        cuda::residual_add(resid_plain.get(), resid_plain.get(), out.get(), E, nullptr);
+        std::vector<float> proj(static_cast<size_t>(E)), resid_ref(static_cast<size_t>(E));
+        ops::linear(proj.data(), input.data(), wd.reference.data(), nullptr, 1, F, E, 1);
+        ops::residual_add(resid_ref.data(), x.data(), proj.data(), E);
+        CHECK(nmse(resid_fused.download(), resid_plain.download()) < 1e-12);
+        CHECK(nmse(resid_fused.download(), resid_ref) < kReordered);
+        CHECK(resid_fused.sentinels_intact());
+      }
+    }
+  }
+}
+
+namespace {
+
+// A decode batch on the device: S sequences at the given positions, tables padded to `stride`.
+struct TestDecodeBatch {
+  std::vector<int64_t> positions;
+  std::vector<std::vector<int32_t>> tables;
+  int64_t stride = 0;
+  std::unique_ptr<DeviceArray<int64_t>> d_positions;
+  std::unique_ptr<DeviceArray<int32_t>> d_tables;
+  cuda::DecodeBatch view() const {
+    return {d_positions->get(), d_tables->get(), stride, int64_t(positions.size())};
+  }
+};
+
+// Sequences of the given context lengths over a shuffled pool of num_blocks blocks (disjoint tables).
+TestDecodeBatch make_decode_batch(const std::vector<int64_t>& lengths, int64_t block_size, int64_t num_blocks,
+                                  uint32_t seed) {
+  TestDecodeBatch b;
+  std::vector<int32_t> free_blocks(static_cast<size_t>(num_blocks));
+  std::iota(free_blocks.begin(), free_blocks.end(), 0);
+  std::shuffle(free_blocks.begin(), free_blocks.end(), std::mt19937(seed));
+  size_t next = 0;
+  for (int64_t length : lengths) {
+    b.positions.push_back(length - 1);
+    std::vector<int32_t> table;
+    for (int64_t p = 0; p < length; p += block_size) table.push_back(free_blocks.at(next++));
+    b.stride = std::max<int64_t>(b.stride, int64_t(table.size()) + 1);  // one padding entry at least
+    b.tables.push_back(table);
+  }
+  std::vector<int32_t> padded;
+  for (const auto& t : b.tables) {
+    padded.insert(padded.end(), t.begin(), t.end());
+    padded.insert(padded.end(), size_t(b.stride) - t.size(), 0);
+  }
+  b.d_positions = std::make_unique<DeviceArray<int64_t>>(b.positions);
+  b.d_tables = std::make_unique<DeviceArray<int32_t>>(padded);
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("rope_kv_cache_write_decode equals q/k norm, rope and kv_cache_write per sequence") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t H = 4, KVH = 2, block_size = 4, num_blocks = 40;
+  for (int64_t D : {6, 16, 64}) {
+    for (RopeLayout layout : {RopeLayout::HalfSplit, RopeLayout::Interleaved}) {
+      for (bool qk_norm : {false, true}) {
+        CAPTURE(D);
+        CAPTURE(int(layout));
+        CAPTURE(qk_norm);
+        TestDecodeBatch batch = make_decode_batch({1, 37, 9}, block_size, num_blocks, 60);
+        const int64_t S = 3, pool = num_blocks * block_size * KVH * D;
+        std::vector<float> q = random_vector(size_t(S * H * D), 61), k = random_vector(size_t(S * KVH * D), 62),
+                           v = random_vector(size_t(S * KVH * D), 63);
+        std::vector<float> k_pool = random_vector(static_cast<size_t>(pool), 64), v_pool = random_vector(static_cast<size_t>(pool), 65);
+        const std::vector<float> q_norm = random_vector(static_cast<size_t>(D), 66, 0.1f, 1.0f), k_norm = random_vector(static_cast<size_t>(D), 67, 0.1f, 1.0f);
+        DeviceArray<float> d_q(q), d_k(k), d_v(v), d_k_pool(k_pool), d_v_pool(v_pool), d_qn(q_norm), d_kn(k_norm);
+        cuda::rope_kv_cache_write_decode(d_q.get(), d_k.get(), d_v.get(), d_k_pool.get(), d_v_pool.get(),
+                                         qk_norm ? d_qn.get() : nullptr, qk_norm ? d_kn.get() : nullptr, 1e-6f,
+                                         batch.view(), block_size, H, KVH, D, 1e6, layout, nullptr);
+        for (int64_t s = 0; s < S; ++s) {
+          float* qs = q.data() + s * H * D;
+          float* ks = k.data() + s * KVH * D;
+          if (qk_norm) {
+            ops::rms_norm(qs, qs, q_norm.data(), H, D, 1e-6f);
+            ops::rms_norm(ks, ks, k_norm.data(), KVH, D, 1e-6f);
+          }
+          const int64_t position = batch.positions[static_cast<size_t>(s)];
+          ops::rope(qs, &position, 1, H, D, 1e6, layout);
+          ops::rope(ks, &position, 1, KVH, D, 1e6, layout);
+          ops::kv_cache_write(k_pool.data(), v_pool.data(), ks, v.data() + s * KVH * D, batch.tables[static_cast<size_t>(s)].data(), 1,
+                              position, block_size, KVH, D);
+        }
+        CHECK(nmse(d_q.download(), q) < 1e-6);  // rope's bound (angles of hundreds of radians)
+        CHECK(nmse(d_k_pool.download(), k_pool) < 1e-6);
+        CHECK(d_v_pool.download() == v_pool);  // v is a copy: exact, and only into its slots
+        CHECK(d_q.sentinels_intact());
+        CHECK(d_k_pool.sentinels_intact());
+        CHECK(d_v_pool.sentinels_intact());
+      }
+    }
+  }
+}
+
+TEST_CASE("paged_attention_decode equals paged_attention at T = 1 for every sequence of a batch") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t H = 6, KVH = 2, block_size = 16, num_blocks = 80;
+  // contexts of 1, 2 tiles (+ a partial tile), and a block boundary; head dims 6 (scalar path), 8, 64, 128
+  for (int64_t D : {6, 8, 64, 128}) {
+    CAPTURE(D);
+    TestDecodeBatch batch = make_decode_batch({1, 600, 32, 257}, block_size, num_blocks, 70);
+    const int64_t S = 4, pool = num_blocks * block_size * KVH * D;
+    const std::vector<float> q = random_vector(size_t(S * H * D), 71, 0.5f);
+    const std::vector<float> k_pool = random_vector(static_cast<size_t>(pool), 72), v_pool = random_vector(static_cast<size_t>(pool), 73);
+    std::vector<float> expected(size_t(S * H * D));
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t start = batch.positions[static_cast<size_t>(s)];
+      ops::paged_attention(expected.data() + s * H * D, q.data() + s * H * D, k_pool.data(), v_pool.data(),
+                           batch.tables[static_cast<size_t>(s)].data(), 1, start, block_size, H, KVH, D, nullptr, nullptr, 1);
+    }
+    DeviceArray<float> d_q(q), d_k_pool(k_pool), d_v_pool(v_pool), d_ctx(expected.size());
+    cuda::paged_attention_decode(d_ctx.get(), d_q.get(), d_k_pool.get(), d_v_pool.get(), batch.view(), block_size, H,
+                                 KVH, D, nullptr);
+    CHECK(nmse(d_ctx.download(), expected) < kReordered);
+    CHECK(d_ctx.sentinels_intact());
+  }
 }

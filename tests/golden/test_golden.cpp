@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <set>
 
 #include "assets/model.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "backend/backend.h"
 #include "reference/cpu_backend.h"
@@ -29,9 +31,29 @@ const char* const kGoldens[] = {"stories260K", "tiny-llama", "tiny-qwen2", "tiny
 
 fs::path golden_dir(const std::string& name) { return kSource / "tests" / "golden" / name; }
 
+// The model with every weight matrix rounded to bf16 and widened back (what `--device cuda` holds
+// on the GPU); norm weights and biases stay f32, as there.
+LoadedModel with_bf16_matrices(LoadedModel model) {
+  WeightStore rounded;
+  for (const auto& [name, t] : model.weights.all()) {
+    auto values = std::make_shared<std::vector<float>>(t.to_f32());  // [numel]
+    if (t.shape.size() == 2)
+      for (float& v : *values) v = bf16_to_f32(f32_to_bf16(v));
+    TensorRef r = t;
+    r.dtype = DType::F32;
+    r.data = reinterpret_cast<const std::byte*>(values->data());
+    r.nbytes = values->size() * sizeof(float);
+    rounded.add(r, values);
+  }
+  model.weights = std::move(rounded);
+  return model;
+}
+
 // Run the golden's steps through the CPU backend into a fresh dump directory; returns it.
-fs::path run_engine(const std::string& name, const Manifest& golden, const CpuOptions& options, const std::string& tag) {
-  const LoadedModel model = load_model(kSource / golden.model.path);
+fs::path run_engine(const std::string& name, const Manifest& golden, const CpuOptions& options, const std::string& tag,
+                    bool bf16_matrices = false) {
+  LoadedModel model = load_model(kSource / golden.model.path);
+  if (bf16_matrices) model = with_bf16_matrices(std::move(model));
   auto backend = make_cpu_backend(model, options);
   // Small blocks and a scrambled block table, so decode steps read their past through the paging.
   const int64_t block_size = 4;
@@ -66,7 +88,7 @@ fs::path run_engine(const std::string& name, const Manifest& golden, const CpuOp
     const ForwardOutput output = backend->forward(batch, &sink);
 
     // Greedy decoding must pick what the reference picked (the golden's next input).
-    if (step.sampled && options.debug_rope_position_offset == 0) {
+    if (step.sampled && options.debug_rope_position_offset == 0 && !bf16_matrices) {
       const float* last = output.last_row(0);
       const int64_t ours = std::max_element(last, last + output.vocab_size) - last;
       CHECK_MESSAGE(ours == step.sampled->id, name, " step ", step.step, ": greedy token ", ours,
@@ -157,6 +179,35 @@ TEST_CASE("golden: a planted RoPE bug is found at L0.q_rope and nowhere earlier"
       }
       // The formatted report names the stage, layer and step for the reader.
       CHECK(format_divergence(*first).find("L0.q_rope (stage q_rope, layer 0, step 0)") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("golden: bf16-rounded weights pass the bf16 tolerance profile, and the planted RoPE bug still fails it") {
+  // What the GPU's default bf16 weights do to a run, reproduced on the CPU: every matrix rounded to
+  // bf16. The dump must be within the bf16 profile (trace/compare.h) at every stage of every golden;
+  // the same run with the planted RoPE bug must still diverge first at L0.q_rope.
+  CompareOptions bf16;
+  bf16.profile = ToleranceProfile::BF16;
+  for (const std::string name : kGoldens) {
+    SUBCASE(name.c_str()) {
+      const Manifest golden = read_manifest(golden_dir(name) / "manifest.json");
+      const fs::path rounded = run_engine(name, golden, CpuOptions{}, ".bf16", /*bf16_matrices=*/true);
+      const ComparisonResult strict = compare_dumps(rounded, golden_dir(name));
+      CHECK_MESSAGE(!strict.ok(), "bf16-rounded weights should fail the f32 tolerances");
+      const ComparisonResult result = compare_dumps(rounded, golden_dir(name), bf16);
+      CHECK_MESSAGE(result.ok(), format_comparison(result, /*only_failures=*/true));
+      double worst = 0;
+      for (const auto& c : result.tensors) worst = std::max(worst, c.tolerance.nmse > 0 ? c.nmse / c.tolerance.nmse : 0);
+      MESSAGE(name, ": bf16-rounded weights use at most ", worst, " of the bf16 NMSE bound");
+
+      CpuOptions bugged;
+      bugged.debug_rope_position_offset = 1;
+      const fs::path bug = run_engine(name, golden, bugged, ".bf16-rope-bug", /*bf16_matrices=*/true);
+      const ComparisonResult found = compare_dumps(bug, golden_dir(name), bf16);
+      REQUIRE_MESSAGE(found.first() != nullptr, "the planted bug went unnoticed under the bf16 profile");
+      CHECK_MESSAGE(found.first()->name == "L0.q_rope", format_divergence(*found.first()));
+      CHECK(found.first()->step == 0);
     }
   }
 }
