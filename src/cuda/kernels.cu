@@ -954,7 +954,7 @@ void launch_kernel(const char* op, void (*kernel)(Params...), dim3 grid, dim3 bl
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = early ? 1 : 0;
+  config.numAttrs = early && stream != nullptr ? 1 : 0;  // (not on the legacy default stream)
   check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), op, __FILE__, __LINE__);
 }
 

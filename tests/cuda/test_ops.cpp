@@ -351,6 +351,8 @@ TEST_CASE("linear_shared_input: one launch over q/k/v-like targets equals one li
   SKIP_WITHOUT_CUDA_DEVICE();
   cublasHandle_t handle;
   JOURNEY_CUBLAS_CHECK(cublasCreate(&handle));
+  cudaStream_t stream;  // blocking: ordered with the legacy stream the arrays are filled on
+  JOURNEY_CUDA_CHECK(cudaStreamCreate(&stream));
   const std::vector<int64_t> outs = {45, 9, 9};  // odd sizes: a warp's two rows straddle targets
   for (int64_t in : {67, 256}) {
     for (DType type : {DType::F32, DType::BF16, DType::F16}) {
@@ -384,6 +386,7 @@ TEST_CASE("linear_shared_input: one launch over q/k/v-like targets equals one li
           context.scratch = scratch.get();
           context.scratch_bytes = size_t(T * in) * 2;
           context.early_launch = early;
+          context.stream = early ? stream : nullptr;  // a stream of our own: no early launch on the legacy one
           cuda::linear_shared_input(d_x.get(), T, in, cuda::LinearTargets(targets.data(), targets.size()), context);
           const double tolerance = T == 1 ? kReordered : type == DType::BF16 ? 1e-4 : type == DType::F16 ? 1e-5 : kReordered;
           for (size_t t = 0; t < outs.size(); ++t) {
@@ -395,6 +398,7 @@ TEST_CASE("linear_shared_input: one launch over q/k/v-like targets equals one li
       }
     }
   }
+  cudaStreamDestroy(stream);
   cublasDestroy(handle);
 }
 
@@ -409,8 +413,11 @@ TEST_CASE("fused GEMVs equal the unfused kernels they replace, and the reference
         CAPTURE(dtype_name(type));
         CAPTURE(early);
         const float eps = 1e-5f;
+        cudaStream_t stream;  // blocking: ordered with the legacy stream of the unfused kernels
+        JOURNEY_CUDA_CHECK(cudaStreamCreate(&stream));
         cuda::LinearContext context;
         context.early_launch = early;
+        context.stream = stream;
         const std::vector<float> x = random_vector(static_cast<size_t>(E), 50, 2.0f), norm = random_vector(static_cast<size_t>(E), 51, 0.1f, 1.0f);
         DeviceArray<float> d_x(x), d_norm(norm);
         std::vector<float> xn(static_cast<size_t>(E));  // the reference's normalized input
@@ -465,6 +472,7 @@ TEST_CASE("fused GEMVs equal the unfused kernels they replace, and the reference
         CHECK(nmse(resid_fused.download(), resid_plain.download()) < 1e-12);
         CHECK(nmse(resid_fused.download(), resid_ref) < kReordered);
         CHECK(resid_fused.sentinels_intact());
+        JOURNEY_CUDA_CHECK(cudaStreamDestroy(stream));
       }
     }
   }
