@@ -2,8 +2,11 @@
 // touches them, so a truncated or corrupted file ends in a journey::Error, never a wild read.
 #include "assets/gguf.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <utility>
 #include <regex>
 
 #include "core/error.h"
@@ -14,28 +17,10 @@ namespace {
 constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as little-endian u32
 constexpr int kMaxArrayDepth = 8;
 
-// ggml_type numbers (ggml.h) for the types journey can hold.
-std::optional<DType> dtype_from_ggml(uint32_t ggml_type) {
-  switch (ggml_type) {
-    case 0: return DType::F32;
-    case 1: return DType::F16;
-    case 2: return DType::Q4_0;
-    case 8: return DType::Q8_0;
-    case 24: return DType::I8;
-    case 26: return DType::I32;
-    case 27: return DType::I64;
-    case 30: return DType::BF16;
-    default: return std::nullopt;
-  }
-}
-
-std::string ggml_type_label(uint32_t ggml_type) {
-  static const char* names[] = {"F32", "F16", "Q4_0", "Q4_1", "Q4_2(removed)", "Q4_3(removed)", "Q5_0", "Q5_1",
-                                "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS",
-                                "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16",
-                                "I32", "I64", "F64", "IQ1_M", "BF16"};
-  if (ggml_type < sizeof(names) / sizeof(names[0])) return names[ggml_type];
-  return cat("type #", ggml_type);
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
 }
 
 class Cursor {
@@ -130,6 +115,70 @@ std::string describe_type(const GgufValue& v) {
 
 }  // namespace
 
+namespace {
+// ggml_type numbers (ggml.h), in file order: index = the number stored in a GGUF tensor entry.
+constexpr const char* kGgmlTypeNames[] = {
+    "F32", "F16", "Q4_0", "Q4_1", "Q4_2 (removed)", "Q4_3 (removed)", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K",
+    "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S",
+    "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16", "Q4_0_4_4 (removed)", "Q4_0_4_8 (removed)",
+    "Q4_0_8_8 (removed)", "TQ1_0", "TQ2_0", "IQ4_NL_4_4 (removed)", "IQ4_NL_4_8 (removed)", "IQ4_NL_8_8 (removed)",
+    "MXFP4"};
+
+// The ggml types journey holds, with their numbers.
+constexpr std::pair<uint32_t, DType> kGgmlTypes[] = {
+    {0, DType::F32},   {1, DType::F16},   {2, DType::Q4_0},  {3, DType::Q4_1},  {6, DType::Q5_0},
+    {7, DType::Q5_1},  {8, DType::Q8_0},  {10, DType::Q2_K}, {11, DType::Q3_K}, {12, DType::Q4_K},
+    {13, DType::Q5_K}, {14, DType::Q6_K}, {24, DType::I8},   {26, DType::I32},  {27, DType::I64},
+    {30, DType::BF16},
+};
+}  // namespace
+
+std::optional<DType> dtype_from_ggml(uint32_t ggml_type) {
+  for (const auto& [number, dtype] : kGgmlTypes)
+    if (number == ggml_type) return dtype;
+  return std::nullopt;
+}
+
+uint32_t ggml_type_of(DType dtype) {
+  for (const auto& [number, type] : kGgmlTypes)
+    if (type == dtype) return number;
+  fail("dtype ", dtype_name(dtype), " has no ggml type number");
+}
+
+std::string ggml_type_label(uint32_t ggml_type) {
+  if (ggml_type < std::size(kGgmlTypeNames)) return cat(kGgmlTypeNames[ggml_type], " (#", ggml_type, ")");
+  return cat("#", ggml_type, " (unknown to journey and to ggml as journey knows it)");
+}
+
+std::string ggml_supported_types() {
+  std::string out;
+  for (const auto& [number, dtype] : kGgmlTypes) out += cat(out.empty() ? "" : ", ", kGgmlTypeNames[number]);
+  return out;
+}
+
+namespace {
+// llama_ftype (llama.h): the general.file_type number that says which mix a file holds.
+constexpr std::pair<int64_t, const char*> kFileTypes[] = {
+    {0, "all f32"},         {1, "mostly f16"},      {2, "mostly q4_0"},    {3, "mostly q4_1"},
+    {7, "mostly q8_0"},     {8, "mostly q5_0"},     {9, "mostly q5_1"},    {10, "mostly q2_k"},
+    {11, "mostly q3_k_s"},  {12, "mostly q3_k_m"},  {13, "mostly q3_k_l"}, {14, "mostly q4_k_s"},
+    {15, "mostly q4_k_m"},  {16, "mostly q5_k_s"},  {17, "mostly q5_k_m"}, {18, "mostly q6_k"},
+    {32, "mostly bf16"},
+};
+}  // namespace
+
+std::string gguf_file_type_name(int64_t file_type) {
+  for (const auto& [number, name] : kFileTypes)
+    if (number == file_type) return name;
+  return cat("gguf file_type ", file_type);
+}
+
+int64_t gguf_file_type_number(std::string_view name) {
+  for (const auto& [number, known] : kFileTypes)
+    if (name == known) return number;
+  fail("no GGUF file type is called \"", name, "\"");
+}
+
 std::string_view gguf_type_name(GgufType t) {
   switch (t) {
     case GgufType::U8: return "uint8";
@@ -215,11 +264,13 @@ GgufFile GgufFile::open(const std::filesystem::path& path) {
     const auto dtype = dtype_from_ggml(ggml_type);
     if (!dtype)
       fail(where, ": tensor ", t.name, " has ggml type ", ggml_type_label(ggml_type),
-           ", which journey does not support (supported: F32, F16, BF16, Q8_0, Q4_0, I8, I32, I64)");
+           ", which journey does not read (it reads: ", ggml_supported_types(), ")");
     t.dtype = *dtype;
+    // Blocks never straddle rows: the innermost dimension must be whole blocks.
     if (ne[0] % dtype_block_size(t.dtype) != 0)
-      fail(where, ": tensor ", t.name, ": row length ", ne[0], " is not a multiple of the ", dtype_name(t.dtype),
-           " block size ", dtype_block_size(t.dtype));
+      fail(where, ": tensor ", t.name, " (", dtype_name(t.dtype), "): row length ", ne[0], " is not a multiple of the ",
+           dtype_name(t.dtype), " block size ", dtype_block_size(t.dtype), " (", dtype_block_bytes(t.dtype),
+           " bytes hold ", dtype_block_size(t.dtype), " weights)");
     t.nbytes = size_t(dtype_bytes_for(t.dtype, numel));
     t.offset = in.read<uint64_t>(t.name);
     if (t.offset % g.alignment_ != 0)
@@ -234,8 +285,22 @@ GgufFile GgufFile::open(const std::filesystem::path& path) {
   for (const auto& t : g.tensors_) {
     const uint64_t end = g.data_start_ + t.offset + t.nbytes;
     if (t.offset > file.size() || end > file.size())
-      fail(where, ": tensor ", t.name, " (", dtype_name(t.dtype), ", ", t.nbytes, " bytes at data offset ", t.offset,
-           ") ends at byte ", end, " but the file has only ", file.size(), " bytes (truncated?)");
+      fail(where, ": tensor ", t.name, " (", dtype_name(t.dtype), ", shape ", shape_text(t.shape), ", ", t.nbytes,
+           " bytes at data offset ", t.offset, ") ends at byte ", end, " but the file has only ", file.size(),
+           " bytes (truncated?)");
+  }
+  // GGUF does not store a tensor's byte size: shape and type imply it. A file whose shapes or types
+  // do not match its data shows as tensors whose implied bytes run into the next tensor.
+  std::vector<const GgufTensorInfo*> by_offset;
+  for (const auto& t : g.tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+  for (size_t k = 1; k < by_offset.size(); ++k) {
+    const GgufTensorInfo& a = *by_offset[k - 1];
+    const GgufTensorInfo& b = *by_offset[k];
+    if (a.offset + a.nbytes > b.offset)
+      fail(where, ": tensor ", a.name, " (", dtype_name(a.dtype), ", shape ", shape_text(a.shape), ") needs ", a.nbytes,
+           " bytes from data offset ", a.offset, ", but tensor ", b.name, " starts ", b.offset - a.offset,
+           " bytes after it: the shape and type do not match the data");
   }
   return g;
 }
@@ -346,35 +411,47 @@ ModelConfig gguf_model_config(const GgufFile& gguf) {
   c.rope_layout = RopeLayout::Interleaved;
   if (gguf.has("tokenizer.ggml.bos_token_id")) c.bos_token_id = int(gguf.get_int("tokenizer.ggml.bos_token_id"));
   if (gguf.has("tokenizer.ggml.eos_token_id")) c.eos_token_ids = {int(gguf.get_int("tokenizer.ggml.eos_token_id"))};
-  if (gguf.has("general.file_type")) {
-    // llama_ftype numbers (llama.h) of the types journey reads.
-    const int64_t ft = gguf.get_int("general.file_type");
-    c.torch_dtype = ft == 0 ? "all f32" : ft == 1 ? "mostly f16" : ft == 2 ? "mostly q4_0" : ft == 7 ? "mostly q8_0"
-                  : ft == 32 ? "mostly bf16" : cat("gguf file_type ", ft);
-  }
+  if (gguf.has("general.file_type")) c.torch_dtype = gguf_file_type_name(gguf.get_int("general.file_type"));
   return c;
 }
 
+namespace {
+// GGUF <-> Hugging Face tensor names: one table each for the global and the per-layer tensors.
+const std::pair<const char*, const char*> kGlobalNames[] = {
+    {"token_embd.weight", "model.embed_tokens.weight"},
+    {"output_norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+};
+const std::pair<const char*, const char*> kLayerNames[] = {
+    {"attn_q", "self_attn.q_proj"},       {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},       {"attn_output", "self_attn.o_proj"},
+    {"attn_norm", "input_layernorm"},     {"ffn_norm", "post_attention_layernorm"},
+    {"ffn_gate", "mlp.gate_proj"},        {"ffn_up", "mlp.up_proj"},
+    {"ffn_down", "mlp.down_proj"},        {"attn_q_norm", "self_attn.q_norm"},
+    {"attn_k_norm", "self_attn.k_norm"},
+};
+}  // namespace
+
 std::string gguf_to_hf_name(const std::string& name) {
-  static const std::map<std::string, std::string> global = {
-      {"token_embd.weight", "model.embed_tokens.weight"},
-      {"output_norm.weight", "model.norm.weight"},
-      {"output.weight", "lm_head.weight"},
-  };
-  static const std::map<std::string, std::string> per_layer = {
-      {"attn_q", "self_attn.q_proj"},       {"attn_k", "self_attn.k_proj"},
-      {"attn_v", "self_attn.v_proj"},       {"attn_output", "self_attn.o_proj"},
-      {"attn_norm", "input_layernorm"},     {"ffn_norm", "post_attention_layernorm"},
-      {"ffn_gate", "mlp.gate_proj"},        {"ffn_up", "mlp.up_proj"},
-      {"ffn_down", "mlp.down_proj"},        {"attn_q_norm", "self_attn.q_norm"},
-      {"attn_k_norm", "self_attn.k_norm"},
-  };
-  if (auto it = global.find(name); it != global.end()) return it->second;
+  for (const auto& [gguf, hf] : kGlobalNames)
+    if (name == gguf) return hf;
   static const std::regex layer_re(R"(blk\.(\d+)\.([a-z_]+)\.(weight|bias))");
   std::smatch m;
   if (std::regex_match(name, m, layer_re)) {
-    if (auto it = per_layer.find(m[2].str()); it != per_layer.end())
-      return cat("model.layers.", m[1].str(), ".", it->second, ".", m[3].str());
+    for (const auto& [gguf, hf] : kLayerNames)
+      if (m[2].str() == gguf) return cat("model.layers.", m[1].str(), ".", hf, ".", m[3].str());
+  }
+  return name;
+}
+
+std::string hf_to_gguf_name(const std::string& name) {
+  for (const auto& [gguf, hf] : kGlobalNames)
+    if (name == hf) return gguf;
+  static const std::regex layer_re(R"(model\.layers\.(\d+)\.([a-z_.]+)\.(weight|bias))");
+  std::smatch m;
+  if (std::regex_match(name, m, layer_re)) {
+    for (const auto& [gguf, hf] : kLayerNames)
+      if (m[2].str() == hf) return cat("blk.", m[1].str(), ".", gguf, ".", m[3].str());
   }
   return name;
 }

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -89,6 +90,16 @@ class GgufFile {
   uint64_t data_start_ = 0;
 };
 
+// ggml type numbers (ggml.h: 0 = F32, 1 = F16, 2 = Q4_0, ..., 12 = Q4_K, ..., 30 = BF16) <-> DType.
+std::optional<DType> dtype_from_ggml(uint32_t ggml_type);  // nullopt for types journey does not hold
+uint32_t ggml_type_of(DType dtype);                         // throws for types GGUF cannot hold (U8)
+std::string ggml_type_label(uint32_t ggml_type);            // "Q4_K (#12)", "#99 (unknown ...)"
+std::string ggml_supported_types();                         // "F32, F16, Q4_0, ..." for messages
+
+// general.file_type (llama_ftype, llama.h) <-> "mostly q4_k_m" and friends.
+std::string gguf_file_type_name(int64_t file_type);      // "gguf file_type N" for numbers it does not know
+int64_t gguf_file_type_number(std::string_view name);    // throws for names it does not know
+
 // True when the file starts with the GGUF magic.
 bool is_gguf_file(const std::filesystem::path& path);
 
@@ -99,6 +110,8 @@ ModelConfig gguf_model_config(const GgufFile& gguf);
 // GGUF tensor name -> Hugging Face name ("blk.3.attn_q.weight" -> "model.layers.3.self_attn.q_proj.weight");
 // names without a mapping are returned unchanged.
 std::string gguf_to_hf_name(const std::string& gguf_name);
+// The inverse ("model.layers.3.self_attn.q_proj.weight" -> "blk.3.attn_q.weight"); unknown names unchanged.
+std::string hf_to_gguf_name(const std::string& hf_name);
 
 // Every tensor of the file, zero-copy, under its Hugging Face name.
 WeightStore gguf_weights(const GgufFile& gguf);

@@ -135,6 +135,9 @@ LoadedModel load_directory(const fs::path& dir, bool with_weights) {
   if (with_weights) {
     if (fs::is_regular_file(index)) read_safetensors_index(index, m.weights);
     else read_safetensors(single, m.weights);
+    if (const auto awq = read_awq_config(config))
+      m.notes.push_back(cat("AWQ checkpoint (", awq->bits, "-bit, group size ", awq->group_size, ", GEMM packing): ",
+                            dequantize_awq_weights(*awq, m.weights, dir.string()), " layers dequantized to f32 at load"));
     validate_weights(m.config, m.weights, dir);
   }
   return m;
@@ -209,10 +212,10 @@ void validate_weights(const ModelConfig& config, const WeightStore& weights, con
       fail(where.string(), ": tensor ", e.name, " has shape ", shape_str(t.shape), ", expected ", shape_str(e.shape),
            " from the config (hidden ", config.hidden_size, ", heads ", config.num_heads, ", KV heads ", config.num_kv_heads,
            ", head dim ", config.head_dim, ", FFN ", config.intermediate_size, ", vocab ", config.vocab_size, ") in ", t.source);
-    // Quantized GGUF blocks (q8_0, q4_0) dequantize like floats; integer tensors are not weights.
-    if (!dtype_is_float(t.dtype) && t.dtype != DType::Q8_0 && t.dtype != DType::Q4_0)
+    // Quantized GGUF blocks dequantize like floats; integer tensors are not weights.
+    if (!dtype_is_weight(t.dtype))
       fail(where.string(), ": tensor ", e.name, " has dtype ", dtype_name(t.dtype),
-           ", expected a float type (f32, f16, bf16) in ", t.source);
+           ", expected a float type (f32, f16, bf16) or a GGML block type (q8_0 ... q6_K) in ", t.source);
   }
 }
 

@@ -1,6 +1,7 @@
 #include "assets/safetensors.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "quant/awq.h"
 
 namespace journey {
 namespace {
@@ -188,6 +190,103 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
   out.write(text.data(), std::streamsize(text.size()));
   for (const auto& t : tensors) out.write(reinterpret_cast<const char*>(t.data), std::streamsize(t.nbytes));
   if (!out) fail("error writing ", path.string());
+}
+
+namespace {
+
+int64_t json_int(const json& q, std::initializer_list<const char*> keys, int64_t fallback, const std::string& where) {
+  for (const char* key : keys) {
+    if (!q.contains(key)) continue;
+    if (!q[key].is_number_integer()) fail(where, ": quantization_config.", key, " is ", q[key].dump(), ", expected an integer");
+    return q[key].get<int64_t>();
+  }
+  return fallback;
+}
+
+// One AWQ layer's three tensors, checked against each other before anything is read.
+struct AwqLayer {
+  const TensorRef *qweight = nullptr, *qzeros = nullptr, *scales = nullptr;
+};
+
+}  // namespace
+
+std::optional<AwqConfig> read_awq_config(const std::filesystem::path& config_json) {
+  const std::string where = config_json.string();
+  std::ifstream in(config_json, std::ios::binary);
+  if (!in) return std::nullopt;
+  const json config = json::parse(in, nullptr, false);
+  if (!config.is_object() || !config.contains("quantization_config")) return std::nullopt;
+  const json& q = config["quantization_config"];
+  if (!q.is_object()) fail(where, ": quantization_config is ", q.type_name(), ", expected an object");
+  const std::string method = q.value("quant_method", "");
+  if (method != "awq") {
+    if (method.empty()) fail(where, ": quantization_config has no quant_method");
+    fail(where, ": quantization_config.quant_method is \"", method, "\"; journey reads \"awq\" checkpoints only");
+  }
+  AwqConfig awq;
+  awq.bits = json_int(q, {"bits", "w_bit"}, 4, where);
+  awq.group_size = json_int(q, {"group_size", "q_group_size"}, 128, where);
+  if (q.contains("version") && q["version"].is_string()) awq.version = q["version"].get<std::string>();
+  std::string version = awq.version;
+  for (char& ch : version) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  if (awq.bits != 4) fail(where, ": AWQ with ", awq.bits, "-bit weights; journey reads 4-bit AWQ only");
+  if (awq.group_size <= 0) fail(where, ": AWQ group_size ", awq.group_size, " (journey needs a positive group size)");
+  if (version != "gemm")
+    fail(where, ": AWQ version \"", awq.version, "\"; journey reads the GEMM packing only (not GEMV, Marlin or ExLlama)");
+  if (q.contains("zero_point") && q["zero_point"].is_boolean() && !q["zero_point"].get<bool>())
+    fail(where, ": AWQ without zero points; journey reads zero_point = true checkpoints only");
+  awq.version = "gemm";
+  return awq;
+}
+
+int dequantize_awq_weights(const AwqConfig& awq, WeightStore& weights, const std::string& where) {
+  std::map<std::string, AwqLayer> layers;
+  auto suffix = [](const std::string& name, const std::string& tail) {
+    return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  for (const auto& [name, t] : weights.all()) {
+    if (suffix(name, ".qweight")) layers[name.substr(0, name.size() - 8)].qweight = &t;
+    else if (suffix(name, ".qzeros")) layers[name.substr(0, name.size() - 7)].qzeros = &t;
+    else if (suffix(name, ".scales")) layers[name.substr(0, name.size() - 7)].scales = &t;
+  }
+  const int64_t g = awq.group_size;
+  std::vector<std::pair<std::string, AwqLayer>> checked;
+  for (const auto& [layer, l] : layers) {
+    const std::string lw = cat(where, ": AWQ layer ", layer);
+    if (!l.qweight || !l.qzeros || !l.scales)
+      fail(lw, " lacks its ", !l.qweight ? "qweight" : !l.qzeros ? "qzeros" : "scales", " tensor");
+    if (l.qweight->dtype != DType::I32 || l.qzeros->dtype != DType::I32)
+      fail(lw, ": qweight and qzeros must be int32, found ", dtype_name(l.qweight->dtype), " and ", dtype_name(l.qzeros->dtype));
+    if (!dtype_is_float(l.scales->dtype)) fail(lw, ": scales must be f16, bf16 or f32, found ", dtype_name(l.scales->dtype));
+    if (l.qweight->shape.size() != 2 || l.qzeros->shape.size() != 2 || l.scales->shape.size() != 2)
+      fail(lw, ": qweight, qzeros and scales must be 2-D, found ", shape_str(l.qweight->shape), ", ",
+           shape_str(l.qzeros->shape), ", ", shape_str(l.scales->shape));
+    const int64_t in = l.qweight->shape[0], out = l.qweight->shape[1] * 8;
+    if (in % g != 0) fail(lw, ": ", in, " input features are not a multiple of the group size ", g);
+    if (l.qzeros->shape != std::vector<int64_t>{in / g, out / 8} || l.scales->shape != std::vector<int64_t>{in / g, out})
+      fail(lw, ": qweight ", shape_str(l.qweight->shape), " (", in, " inputs, ", out, " outputs, group ", g,
+           ") needs qzeros [", in / g, ", ", out / 8, "] and scales [", in / g, ", ", out, "], found ",
+           shape_str(l.qzeros->shape), " and ", shape_str(l.scales->shape));
+    if (weights.has(layer + ".weight")) fail(lw, " also has a plain .weight tensor");
+    checked.emplace_back(layer, l);
+  }
+  for (const auto& [layer, l] : checked) {
+    const int64_t in = l.qweight->shape[0], out = l.qweight->shape[1] * 8;
+    const std::vector<float> scales = l.scales->to_f32();  // [in/g, out]
+    auto values = std::make_shared<std::vector<float>>(size_t(in * out));  // [out, in]
+    quant::dequantize_awq_gemm(reinterpret_cast<const int32_t*>(l.qweight->data), reinterpret_cast<const int32_t*>(l.qzeros->data),
+                               scales.data(), in, out, g, values->data());
+    TensorRef t;
+    t.name = layer + ".weight";
+    t.dtype = DType::F32;
+    t.shape = {out, in};
+    t.data = reinterpret_cast<const std::byte*>(values->data());
+    t.nbytes = values->size() * sizeof(float);
+    t.source = cat(l.qweight->source, " (AWQ, dequantized)");
+    for (const char* part : {".qweight", ".qzeros", ".scales"}) weights.remove(layer + part);
+    weights.add(std::move(t), values);
+  }
+  return int(checked.size());
 }
 
 }  // namespace journey

@@ -7,6 +7,7 @@
 #pragma once
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,5 +28,23 @@ void read_safetensors_index(const std::filesystem::path& index_file, WeightStore
 // Write tensors (in the given order, data taken from each TensorRef) as one .safetensors file.
 void write_safetensors(const std::filesystem::path& path, const std::vector<TensorRef>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// AWQ checkpoints (AutoAWQ's GEMM format; quant/awq.h draws it): config.json carries
+// "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true,
+// "version": "gemm"} and every quantized linear layer X is stored as X.qweight, X.qzeros, X.scales.
+struct AwqConfig {
+  int64_t bits = 4;
+  int64_t group_size = 128;
+  std::string version = "gemm";
+};
+
+// The AWQ settings of a config.json; nullopt when it declares no AWQ quantization. Throws for AWQ
+// variants journey cannot read (other bit widths, GEMV/Marlin/ExLlama packing, no zero point).
+std::optional<AwqConfig> read_awq_config(const std::filesystem::path& config_json);
+
+// Replaces every X.qweight / X.qzeros / X.scales triple by X.weight in f32 [out, in] (the reference's
+// dequantize-at-load); every shape, dtype and group is checked first, naming the layer. Returns how
+// many layers were dequantized.
+int dequantize_awq_weights(const AwqConfig& awq, WeightStore& weights, const std::string& where);
 
 }  // namespace journey

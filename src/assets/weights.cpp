@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "quant/dequantize.h"
 
 namespace journey {
 
@@ -54,10 +55,16 @@ int64_t TensorRef::numel() const {
 
 std::vector<float> TensorRef::to_f32() const {
   const int64_t n = numel();
+  const int64_t block = dtype_block_size(dtype);
+  const int64_t row = shape.empty() ? 1 : shape.back();
+  if (row % block != 0)  // blocks never straddle rows
+    fail("tensor ", name, " in ", source, " (", dtype_name(dtype), "): row length ", row,
+         " is not a multiple of the ", dtype_name(dtype), " block size ", block);
   if (int64_t(nbytes) != dtype_bytes_for(dtype, n))
-    fail("tensor ", name, " in ", source, ": ", nbytes, " bytes do not hold ", n, " elements of ", dtype_name(dtype));
+    fail("tensor ", name, " in ", source, ": ", nbytes, " bytes do not hold ", n, " elements of ", dtype_name(dtype),
+         " (", dtype_bytes_for(dtype, n), " bytes)");
   std::vector<float> out(static_cast<size_t>(n));  // [numel]
-  convert_to_f32(dtype, data, n, out.data());
+  quant::dequantize(dtype, data, out.data(), n);
   return out;
 }
 

@@ -48,6 +48,7 @@ class WeightStore {
  public:
   void add(TensorRef t, std::shared_ptr<const void> keep_alive);
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  void remove(const std::string& name) { tensors_.erase(name); }  // its file stays mapped
   const TensorRef& get(const std::string& name) const;  // throws "missing tensor NAME" with the source
   const std::map<std::string, TensorRef>& all() const { return tensors_; }
   size_t total_bytes() const;

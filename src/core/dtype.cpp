@@ -8,19 +8,46 @@
 
 namespace journey {
 
-std::string_view dtype_name(DType t) {
-  switch (t) {
-    case DType::F32: return "f32";
-    case DType::F16: return "f16";
-    case DType::BF16: return "bf16";
-    case DType::I8: return "i8";
-    case DType::I32: return "i32";
-    case DType::I64: return "i64";
-    case DType::U8: return "u8";
-    case DType::Q8_0: return "q8_0";
-    case DType::Q4_0: return "q4_0";
+namespace {
+
+// One row per type: the one place its name and size live.
+struct TypeInfo {
+  DType type;
+  std::string_view name;     // ggml's type_name (ggml.c type_traits), used in GGUF tools and messages
+  int64_t block_size;        // elements per block (1 for plain types)
+  int64_t block_bytes;       // bytes per block (the element size for plain types)
+};
+
+constexpr TypeInfo kTypes[] = {
+    {DType::F32, "f32", 1, 4},     {DType::F16, "f16", 1, 2},     {DType::BF16, "bf16", 1, 2},
+    {DType::I8, "i8", 1, 1},       {DType::I32, "i32", 1, 4},     {DType::I64, "i64", 1, 8},
+    {DType::U8, "u8", 1, 1},
+    {DType::Q8_0, "q8_0", 32, 34}, {DType::Q4_0, "q4_0", 32, 18}, {DType::Q4_1, "q4_1", 32, 20},
+    {DType::Q5_0, "q5_0", 32, 22}, {DType::Q5_1, "q5_1", 32, 24},
+    {DType::Q2_K, "q2_K", 256, 84}, {DType::Q3_K, "q3_K", 256, 110}, {DType::Q4_K, "q4_K", 256, 144},
+    {DType::Q5_K, "q5_K", 256, 176}, {DType::Q6_K, "q6_K", 256, 210},
+};
+
+const TypeInfo& info(DType t) {
+  for (const TypeInfo& i : kTypes)
+    if (i.type == t) return i;
+  fail("unknown dtype #", int(t));
+}
+
+char lower(char c) { return (c >= 'A' && c <= 'Z') ? char(c - 'A' + 'a') : c; }
+
+}  // namespace
+
+std::string_view dtype_name(DType t) { return info(t).name; }
+
+std::optional<DType> dtype_from_name(std::string_view name) {
+  for (const TypeInfo& i : kTypes) {
+    if (i.name.size() != name.size()) continue;
+    bool same = true;
+    for (size_t k = 0; k < name.size(); ++k) same &= lower(i.name[k]) == lower(name[k]);
+    if (same) return i.type;
   }
-  return "?";
+  return std::nullopt;
 }
 
 std::optional<DType> dtype_from_safetensors(std::string_view name) {
@@ -47,24 +74,9 @@ std::string_view dtype_safetensors_name(DType t) {
   }
 }
 
-int64_t dtype_block_size(DType t) {
-  return (t == DType::Q8_0 || t == DType::Q4_0) ? 32 : 1;
-}
+int64_t dtype_block_size(DType t) { return info(t).block_size; }
 
-int64_t dtype_block_bytes(DType t) {
-  switch (t) {
-    case DType::F32: return 4;
-    case DType::F16: return 2;
-    case DType::BF16: return 2;
-    case DType::I8: return 1;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
-    case DType::U8: return 1;
-    case DType::Q8_0: return 2 + 32;
-    case DType::Q4_0: return 2 + 16;
-  }
-  return 0;
-}
+int64_t dtype_block_bytes(DType t) { return info(t).block_bytes; }
 
 int64_t dtype_bytes_for(DType t, int64_t n_elements) {
   const int64_t block = dtype_block_size(t);
@@ -74,6 +86,12 @@ int64_t dtype_bytes_for(DType t, int64_t n_elements) {
 }
 
 bool dtype_is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+bool dtype_is_quantized(DType t) { return dtype_block_size(t) > 1; }
+
+bool dtype_is_weight(DType t) { return dtype_is_float(t) || dtype_is_quantized(t); }
+
+double dtype_bits_per_weight(DType t) { return 8.0 * double(dtype_block_bytes(t)) / double(dtype_block_size(t)); }
 
 float f16_to_f32(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000) << 16;
@@ -151,28 +169,9 @@ void convert_to_f32(DType t, const void* src, int64_t n, float* dst) {
     case DType::I64:
       for (int64_t i = 0; i < n; ++i) { int64_t v; std::memcpy(&v, bytes + 8 * i, 8); dst[i] = float(v); }
       return;
-    case DType::Q8_0:
-      for (int64_t b = 0; b < n / 32; ++b) {
-        const uint8_t* block = bytes + b * 34;
-        uint16_t h; std::memcpy(&h, block, 2);
-        const float scale = f16_to_f32(h);
-        for (int i = 0; i < 32; ++i) dst[b * 32 + i] = scale * float(int8_t(block[2 + i]));
-      }
-      return;
-    case DType::Q4_0:
-      // llama.cpp layout: low nibbles are elements 0..15, high nibbles 16..31, each minus 8.
-      for (int64_t b = 0; b < n / 32; ++b) {
-        const uint8_t* block = bytes + b * 18;
-        uint16_t h; std::memcpy(&h, block, 2);
-        const float scale = f16_to_f32(h);
-        for (int i = 0; i < 16; ++i) {
-          dst[b * 32 + i] = scale * float(int(block[2 + i] & 0x0f) - 8);
-          dst[b * 32 + 16 + i] = scale * float(int(block[2 + i] >> 4) - 8);
-        }
-      }
-      return;
+    default:
+      fail("convert_to_f32: ", dtype_name(t), " is a block type; dequantize it with quant::dequantize (quant/dequantize.h)");
   }
-  fail("convert_to_f32: unsupported dtype");
 }
 
 }  // namespace journey

@@ -34,23 +34,10 @@ TEST_CASE("bf16 conversion keeps the top 16 bits with rounding") {
   CHECK(bf16_to_f32(f32_to_bf16(3.14159f)) == doctest::Approx(3.140625f));
 }
 
-TEST_CASE("q8_0 and q4_0 dequantize with llama.cpp's layout") {
+TEST_CASE("block types are dequantized by quant::dequantize, not by convert_to_f32") {
   unsigned char q8[34] = {};
-  const uint16_t half_scale = f32_to_f16(0.5f);
-  std::memcpy(q8, &half_scale, 2);
-  for (int i = 0; i < 32; ++i) q8[2 + i] = static_cast<unsigned char>(int8_t(i - 16));
   float out[32];
-  convert_to_f32(DType::Q8_0, q8, 32, out);
-  CHECK(out[0] == -8.0f);
-  CHECK(out[31] == 7.5f);
-
-  unsigned char q4[18] = {};
-  std::memcpy(q4, &half_scale, 2);
-  q4[2] = 0x9F;  // element 0: low nibble 15 -> (15-8)*0.5 = 3.5 ; element 16: high nibble 9 -> 0.5
-  convert_to_f32(DType::Q4_0, q4, 32, out);
-  CHECK(out[0] == 3.5f);
-  CHECK(out[16] == 0.5f);
-  CHECK(out[1] == -4.0f);  // nibble 0 -> -8 * 0.5
+  CHECK_THROWS_WITH_AS(convert_to_f32(DType::Q8_0, q8, 32, out), doctest::Contains("quant::dequantize"), Error);
 }
 
 TEST_CASE("sizes and names") {
@@ -59,4 +46,15 @@ TEST_CASE("sizes and names") {
   CHECK_THROWS_AS(dtype_bytes_for(DType::Q4_0, 33), Error);
   CHECK(dtype_from_safetensors("BF16") == DType::BF16);
   CHECK_FALSE(dtype_from_safetensors("F8_E4M3").has_value());
+  // ggml's names and sizes (ggml.c type_traits): K types end in a capital K.
+  CHECK(dtype_name(DType::Q4_K) == "q4_K");
+  CHECK(dtype_from_name("Q4_K") == DType::Q4_K);
+  CHECK(dtype_from_name("q5_1") == DType::Q5_1);
+  CHECK_FALSE(dtype_from_name("q4_k_m").has_value());
+  CHECK(dtype_bytes_for(DType::Q6_K, 512) == 420);
+  CHECK(dtype_bits_per_weight(DType::Q4_K) == 4.5);
+  CHECK(dtype_bits_per_weight(DType::Q3_K) == 3.4375);
+  CHECK(dtype_is_weight(DType::Q2_K));
+  CHECK_FALSE(dtype_is_weight(DType::I32));
+  CHECK_THROWS_WITH_AS(dtype_bytes_for(DType::Q4_K, 384), doctest::Contains("not a multiple of the block size 256"), Error);
 }

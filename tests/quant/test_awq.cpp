@@ -1,0 +1,82 @@
+// AutoAWQ checkpoints (quant_method "awq", GEMM packing) load by dequantizing every layer to f32.
+// The expected values come from tools/quant/make_awq_fixture.py: a NumPy port of AutoAWQ's own packing
+// (WQLinear_GEMM.from_linear) and unpacking (packing_utils.dequantize_gemm) code, which also checks
+// that unpacking its packing gives back the integers it started from (the round trip).
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "assets/model.h"
+#include "assets/safetensors.h"
+#include "core/error.h"
+#include "quant/awq.h"
+#include "quant_test_util.h"
+#include "text/tokenizer.h"
+#include "trace/npy.h"
+#include "whole_model.h"
+
+using namespace journey;
+using namespace journey::test;
+
+TEST_CASE("an AutoAWQ GEMM checkpoint loads with the weights AutoAWQ's unpacking gives") {
+  const LoadedModel m = load_model(quant_data("awq-tiny"));
+  bool noted = false;
+  for (const std::string& note : m.notes) noted |= note.find("AWQ checkpoint (4-bit, group size 128, GEMM packing): 14 layers") == 0;
+  CHECK(noted);
+  CHECK_FALSE(m.weights.has("model.layers.0.self_attn.q_proj.qweight"));
+  for (const char* name : {"model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"}) {
+    INFO(name);
+    const TensorRef& w = m.weights.get(cat(name, ".weight"));
+    const NpyArray expected = read_npy(quant_data(cat("awq-tiny-expected/", name, ".weight.npy")));  // [out, in]
+    CHECK(w.dtype == DType::F32);
+    CHECK(w.shape == expected.shape);
+    const std::vector<float> got = w.to_f32();
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != expected.f32[i];
+    CHECK(differ == 0);
+  }
+  // and the model runs: a prompt gives finite logits whose spread is that of a random model
+  const auto tokenizer = load_tokenizer(quant_data("awq-tiny"));
+  const Logits logits = reference_logits(m, to_int32(tokenizer->encode("Once upon a time", true)));
+  double sum2 = 0;
+  for (float v : logits.values) sum2 += double(v) * v;
+  CHECK(std::isfinite(sum2));
+  CHECK(sum2 > 0);
+}
+
+TEST_CASE("AWQ unpacking: the nibble order of one int32 (AutoAWQ packs outputs 0,2,4,6,1,3,5,7)") {
+  // outputs 0..7 of input 0 hold 1..8; zero point 0; scale 1 (so the weight is the integer itself)
+  int32_t qweight = 0;
+  const int order_map[8] = {0, 2, 4, 6, 1, 3, 5, 7};  // gemm.py: slot s holds output order_map[s]
+  for (int s = 0; s < 8; ++s) qweight |= int32_t(uint32_t(order_map[s] + 1) << (4 * s));
+  const int32_t qzeros = 0;
+  std::vector<float> scales(8, 1.0f), w(8);
+  quant::dequantize_awq_gemm(&qweight, &qzeros, scales.data(), 1, 8, 1, w.data());
+  CHECK(w == std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8});
+}
+
+TEST_CASE("AWQ checkpoints journey cannot read are refused with the reason") {
+  const fs::path dir = quant_scratch("awq-bad");
+  auto variant = [&](const std::string& tag, auto edit) {
+    const fs::path d = dir / tag;
+    fs::copy(quant_data("awq-tiny"), d);
+    std::ifstream in(d / "config.json");
+    nlohmann::json config = nlohmann::json::parse(in);
+    edit(config["quantization_config"]);
+    std::ofstream(d / "config.json") << config.dump(2);
+    try {
+      load_model(d);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(variant("bits", [](auto& q) { q["bits"] = 8; }).find("AWQ with 8-bit weights; journey reads 4-bit AWQ only") != std::string::npos);
+  CHECK(variant("gemv", [](auto& q) { q["version"] = "gemv"; }).find("journey reads the GEMM packing only") != std::string::npos);
+  CHECK(variant("gptq", [](auto& q) { q["quant_method"] = "gptq"; }).find("quant_method is \"gptq\"; journey reads \"awq\" checkpoints only") != std::string::npos);
+  // a group size that does not match the stored zeros and scales: named with the shapes
+  const std::string group = variant("group", [](auto& q) { q["group_size"] = 64; });
+  CHECK(group.find("AWQ layer model.layers.0.mlp.down_proj: qweight [256, 16] (256 inputs, 128 outputs, group 64) needs qzeros [4, 16] and scales [4, 128], found [2, 16] and [2, 128]") != std::string::npos);
+  CHECK(variant("group3", [](auto& q) { q["group_size"] = 96; }).find("input features are not a multiple of the group size 96") != std::string::npos);
+}
