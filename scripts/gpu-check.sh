@@ -177,6 +177,24 @@ elif [ "$GPU_VISIBLE" != 1 ] || [ -z "$PY" ] || ! runnable "$CUDA_BENCH"; then
 else
   M=$MODELS_DIR/tinyllama-1.1b-bf16
   if step make_tinyllama 240 "$PY" tools/make_random_model.py --preset tinyllama-1.1b --dtype bf16 --out "$M"; then
+    # The quantized files are made on the CPU cores WHILE the GPU runs the bf16 benchmarks: one
+    # `journey quantize` per type in the background (it is single-threaded), each under a timeout.
+    QUANT_JOBS=""
+    if runnable "$JOURNEY" && "$JOURNEY" quantize --help > /dev/null 2>&1; then
+      NATIVE=$("$CUDA_BENCH" --list-dtypes 2>/dev/null || true)
+      for q in $QUANT_TYPES; do
+        base=${q%%_k_m}; base=${base%%_k_s}
+        [ "$q" != "$base" ] && base=${base}_k
+        if ! grep -qiw "$base" <<< "$NATIVE"; then skip "bench_$q" "the CUDA backend does not keep $q as stored"; continue; fi
+        log "quantize $q in the background"
+        ( t0=$(date +%s); timeout --kill-after=10 "${QUANT_TIMEOUT:-200}" nice -n 5 "$JOURNEY" quantize "$M" --type "$q" \
+            --out "$MODELS_DIR/tinyllama-1.1b-$q.gguf" > "$OUT/quantize_$q.log" 2>&1
+          printf '%s\t%s\t%ss\n' "quantize_$q" "$?" "$(($(date +%s) - t0))" > "$OUT/quantize_$q.status" ) &
+        QUANT_JOBS="$QUANT_JOBS $q"
+      done
+    else
+      skip bench_quantized "'journey quantize' is not in this build"
+    fi
     # every road, fastest first; the last one is run 1's road (plain, GEMV v3) for the before/after
     bench bf16 "$M" --dtype bf16 --streams 16
     bench bf16_no_graphs "$M" --dtype bf16 --graphs 0
@@ -189,19 +207,18 @@ else
     else
       skip journey_bench_cuda "'journey bench' has no --device in this build"
     fi
-    # quantized weights: the types the device keeps as stored (cuda_bench --list-dtypes), made here
-    if ! "$JOURNEY" quantize --help > /dev/null 2>&1; then
-      skip bench_quantized "'journey quantize' is not in this build"
-    else
-      NATIVE=$("$CUDA_BENCH" --list-dtypes 2>/dev/null || true)
-      for q in $QUANT_TYPES; do
-        base=${q%%_k_m}; base=${base%%_k_s}
-        [ "$q" != "$base" ] && base=${base}_k
-        if ! grep -qw "$base" <<< "$NATIVE"; then skip "bench_$q" "the CUDA backend does not keep $q as stored"; continue; fi
-        step "quantize_$q" 150 "$JOURNEY" quantize "$M" --type "$q" --out "$MODELS_DIR/tinyllama-1.1b-$q.gguf" \
-          && bench "$q" "$MODELS_DIR/tinyllama-1.1b-$q.gguf" --dtype stored
-      done
-    fi
+    # the quantized files, as each one is ready (the blocks stay as stored on the device)
+    for q in $QUANT_JOBS; do
+      while [ ! -f "$OUT/quantize_$q.status" ]; do sleep 2; done
+      cat "$OUT/quantize_$q.status" >> "$STATUS"
+      if [ "$(cut -f2 "$OUT/quantize_$q.status")" = 0 ]; then
+        log "quantize $q: ok ($(cut -f3 "$OUT/quantize_$q.status"))"
+        bench "$q" "$MODELS_DIR/tinyllama-1.1b-$q.gguf" --dtype bf16
+      else
+        log "quantize $q FAILED: $(tail -n 3 "$OUT/quantize_$q.log" | tr '\n' ' ')"
+      fi
+      rm -f "$MODELS_DIR/tinyllama-1.1b-$q.gguf"
+    done
   fi
 fi
 
@@ -234,7 +251,9 @@ for path in sorted(glob.glob(os.path.join(out, "bench_*.json"))):
     ceiling = bw / bytes_tok
     decode = j["decode_tok_s"]["median"]
     serving = j.get("serving", {})
-    row = {"name": name, "weights": j.get("weight_dtype"), "device": j.get("device"),
+    by_type = j.get("device_weight_bytes_by_type") or {}
+    weights = max(by_type, key=by_type.get) if by_type else j.get("weight_dtype")  # the type most bytes are in
+    row = {"name": name, "weights": weights, "weight_bytes_by_type": by_type, "device": j.get("device"),
            "weight_bytes_per_token": bytes_tok, "decode_tok_s": decode,
            "decode_fraction_of_ceiling": decode / ceiling,
            "decode_device_sampling_tok_s": j.get("decode_device_sampling_tok_s"),

@@ -135,9 +135,14 @@ const TensorRef& checked_tensor(const WeightStore& weights, const std::string& n
   if (t.shape != shape)
     fail("tensor ", name, " in ", t.source, ": expected shape ", shape_string(shape), " (from the model config), found ",
          shape_string(t.shape));
-  if (!dtype_is_float(t.dtype) && t.dtype != DType::Q8_0 && t.dtype != DType::Q4_0)
+  if (!dtype_is_weight(t.dtype))
     fail("tensor ", name, " in ", t.source, ": expected a float or quantized weight type, found ", dtype_name(t.dtype));
   return t;
+}
+
+bool kept_as_stored(DType type) {
+  const std::vector<DType> kept = cuda_weight_types();
+  return std::find(kept.begin(), kept.end(), type) != kept.end();
 }
 
 // f32 vectors (norm weights, biases) go up as f32.
@@ -149,11 +154,23 @@ DeviceBuffer upload_f32(const WeightStore& weights, const std::string& name, con
 }
 
 // Matrices go up in the backend's weight type: copied as they are when the file already holds that
-// type, otherwise widened to f32 and rounded to nearest even on the host.
+// type, otherwise widened to f32 and rounded to nearest even on the host. Quantized matrices of a
+// block type the kernels read (cuda_weight_types) are copied as stored, blocks and all, unless
+// keep_quantized is off; other block types (q5_0, q2_K, ...) are dequantized and then rounded.
 DeviceMatrix upload_matrix(const WeightStore& weights, const std::string& name, const std::vector<int64_t>& shape,
-                           DType type) {
+                           DType type, bool keep_quantized) {
   const TensorRef& t = checked_tensor(weights, name, shape);
   DeviceMatrix m;
+  if (keep_quantized && dtype_is_quantized(t.dtype) && kept_as_stored(t.dtype)) {
+    m.type = t.dtype;
+    const size_t bytes = size_t(dtype_bytes_for(t.dtype, t.numel()));
+    if (bytes != t.nbytes)
+      fail("tensor ", name, " in ", t.source, ": ", t.nbytes, " bytes do not hold ", t.numel(), " weights of ",
+           dtype_name(t.dtype), " (", bytes, " bytes)");
+    m.data.grow(bytes);
+    CUDA_CHECK(cudaMemcpy(m.data.get(), t.data, bytes, cudaMemcpyHostToDevice));
+    return m;
+  }
   m.type = type;
   const size_t n = size_t(t.numel());
   const size_t element = type == DType::F32 ? 4 : 2;
@@ -206,7 +223,9 @@ StepLayout step_layout(int64_t N, int64_t table_entries, int64_t R, int64_t samp
 
 int cuda_device_count() { return cuda::device_count(); }
 
-std::vector<DType> cuda_weight_types() { return {DType::F32, DType::F16, DType::BF16}; }
+std::vector<DType> cuda_weight_types() {
+  return {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K};
+}
 
 class CudaBackendImpl : public CudaBackend {
  public:
@@ -230,6 +249,7 @@ class CudaBackendImpl : public CudaBackend {
   std::string device_name() const override { return device_name_; }
   CudaStats stats() const override { return stats_; }
   int64_t weight_bytes_per_token() const override;
+  std::vector<std::pair<DType, int64_t>> weight_bytes_by_type() const override;
 
  private:
   // A decode graph is valid for one batch size, one block-table width and one output (logits, or
@@ -272,6 +292,7 @@ class CudaBackendImpl : public CudaBackend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   DeviceBuffer cublas_workspace_;   // set on the handle so that graph capture never makes cuBLAS allocate
+  DeviceBuffer weight_scratch_;     // bf16 copy of one quantized matrix for cuBLAS (empty: no quantized weights)
 
   DeviceMatrix embed_tokens_;           // [V, E]
   std::vector<LayerWeights> layers_;    // [L]
@@ -328,15 +349,16 @@ CudaBackendImpl::CudaBackendImpl(const LoadedModel& model, const CudaOptions& op
 
   const WeightStore& w = model.weights;
   const DType type = options.dtype;
-  embed_tokens_ = upload_matrix(w, "model.embed_tokens.weight", {V_, E_}, type);
+  const bool keep = options.keep_quantized;
+  embed_tokens_ = upload_matrix(w, "model.embed_tokens.weight", {V_, E_}, type, keep);
   layers_.resize(size_t(L_));
   for (int64_t i = 0; i < L_; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights& lw = layers_[size_t(i)];
     lw.attn_norm = upload_f32(w, p + "input_layernorm.weight", {E_});
-    lw.wq = upload_matrix(w, p + "self_attn.q_proj.weight", {H_ * D_, E_}, type);
-    lw.wk = upload_matrix(w, p + "self_attn.k_proj.weight", {KVH_ * D_, E_}, type);
-    lw.wv = upload_matrix(w, p + "self_attn.v_proj.weight", {KVH_ * D_, E_}, type);
+    lw.wq = upload_matrix(w, p + "self_attn.q_proj.weight", {H_ * D_, E_}, type, keep);
+    lw.wk = upload_matrix(w, p + "self_attn.k_proj.weight", {KVH_ * D_, E_}, type, keep);
+    lw.wv = upload_matrix(w, p + "self_attn.v_proj.weight", {KVH_ * D_, E_}, type, keep);
     if (c.attention_bias) {
       lw.bq = upload_f32(w, p + "self_attn.q_proj.bias", {H_ * D_});
       lw.bk = upload_f32(w, p + "self_attn.k_proj.bias", {KVH_ * D_});
@@ -346,19 +368,31 @@ CudaBackendImpl::CudaBackendImpl(const LoadedModel& model, const CudaOptions& op
       lw.q_norm = upload_f32(w, p + "self_attn.q_norm.weight", {D_});
       lw.k_norm = upload_f32(w, p + "self_attn.k_norm.weight", {D_});
     }
-    lw.wo = upload_matrix(w, p + "self_attn.o_proj.weight", {E_, H_ * D_}, type);
+    lw.wo = upload_matrix(w, p + "self_attn.o_proj.weight", {E_, H_ * D_}, type, keep);
     lw.ffn_norm = upload_f32(w, p + "post_attention_layernorm.weight", {E_});
-    lw.w_gate = upload_matrix(w, p + "mlp.gate_proj.weight", {F_, E_}, type);
-    lw.w_up = upload_matrix(w, p + "mlp.up_proj.weight", {F_, E_}, type);
-    lw.w_down = upload_matrix(w, p + "mlp.down_proj.weight", {E_, F_}, type);
+    lw.w_gate = upload_matrix(w, p + "mlp.gate_proj.weight", {F_, E_}, type, keep);
+    lw.w_up = upload_matrix(w, p + "mlp.up_proj.weight", {F_, E_}, type, keep);
+    lw.w_down = upload_matrix(w, p + "mlp.down_proj.weight", {E_, F_}, type, keep);
   }
   final_norm_ = upload_f32(w, "model.norm.weight", {E_});
   if (c.tie_word_embeddings && !w.has("lm_head.weight")) {
     lm_head_ = &embed_tokens_;  // tied: logits = h embed_tokens^T
   } else {
-    lm_head_own_ = upload_matrix(w, "lm_head.weight", {V_, E_}, type);
+    lm_head_own_ = upload_matrix(w, "lm_head.weight", {V_, E_}, type, keep);
     lm_head_ = &lm_head_own_;
   }
+  // Prefill multiplies a quantized matrix through cuBLAS after dequantizing it into this bf16
+  // scratch: sized once for the largest one (2 bytes per weight).
+  size_t scratch = 0;
+  auto need = [&](const DeviceMatrix& m, int64_t rows, int64_t cols) {
+    if (dtype_is_quantized(m.type)) scratch = std::max(scratch, size_t(rows * cols) * 2);
+  };
+  need(*lm_head_, V_, E_);
+  for (const LayerWeights& lw : layers_) {
+    need(lw.wq, H_ * D_, E_), need(lw.wk, KVH_ * D_, E_), need(lw.wv, KVH_ * D_, E_), need(lw.wo, E_, H_ * D_);
+    need(lw.w_gate, F_, E_), need(lw.w_up, F_, E_), need(lw.w_down, E_, F_);
+  }
+  if (scratch > 0) weight_scratch_.grow(scratch);
 }
 
 CudaBackendImpl::~CudaBackendImpl() {
@@ -375,6 +409,20 @@ int64_t CudaBackendImpl::weight_bytes_per_token() const {
                                   &lw.w_down.data})
       bytes += int64_t(b->bytes());
   return bytes;
+}
+
+std::vector<std::pair<DType, int64_t>> CudaBackendImpl::weight_bytes_by_type() const {
+  std::map<DType, int64_t> bytes;
+  auto add = [&](const DeviceMatrix& m) { bytes[m.type] += int64_t(m.data.bytes()); };
+  add(embed_tokens_);
+  if (lm_head_ != &embed_tokens_) add(*lm_head_);
+  bytes[DType::F32] += int64_t(final_norm_.bytes());
+  for (const LayerWeights& lw : layers_) {
+    for (const DeviceMatrix* m : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down}) add(*m);
+    for (const DeviceBuffer* b : {&lw.attn_norm, &lw.bq, &lw.bk, &lw.bv, &lw.q_norm, &lw.k_norm, &lw.ffn_norm})
+      bytes[DType::F32] += int64_t(b->bytes());
+  }
+  return {bytes.begin(), bytes.end()};
 }
 
 void CudaBackendImpl::release_graphs() {
@@ -447,6 +495,8 @@ cuda::LinearContext CudaBackendImpl::linear_context(bool early) const {
   context.scratch_bytes = scratch_.bytes();
   context.gemv = cuda::GemvVersion(options_.gemv_version);
   context.early_launch = early && early_launch_ && context.gemv == cuda::GemvVersion::v4_prefetch_unrolled;
+  context.weight_scratch = weight_scratch_.get();
+  context.weight_scratch_bytes = weight_scratch_.bytes();
   return context;
 }
 
@@ -669,7 +719,14 @@ void CudaBackendImpl::enqueue_decode(int64_t S, const StepLayout& layout, int64_
     const float* next_norm = last_layer ? final_norm_.f() : layers_[size_t(l + 1)].attn_norm.f();
     if (fused) {
       cuda::linear_residual_add(x, context, lw.wo.view(), H * D, E, lc);
-      cuda::rms_norm_swiglu(act, x, lw.ffn_norm.f(), eps, lw.w_gate.view(), lw.w_up.view(), E, F, lc);
+      if (lw.w_gate.type == lw.w_up.type) {
+        cuda::rms_norm_swiglu(act, x, lw.ffn_norm.f(), eps, lw.w_gate.view(), lw.w_up.view(), E, F, lc);
+      } else {  // one launch reads gate and up together only when they share a type
+        cuda::rms_norm(xn, x, lw.ffn_norm.f(), 1, E, eps, s);
+        const cuda::LinearTarget gate_up[] = {{gate, lw.w_gate.view(), nullptr, F}, {up, lw.w_up.view(), nullptr, F}};
+        cuda::linear_shared_input(xn, 1, E, gate_up, lc);
+        cuda::swiglu(act, gate, up, F, s);
+      }
       cuda::linear_residual_add(x, act, lw.w_down.view(), F, E, lc);
       continue;
     }

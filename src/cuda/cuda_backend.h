@@ -1,6 +1,6 @@
 // The CUDA backend: the same forward pass as the fast CPU backend, step for step and stage for
-// stage, with the weights on the GPU in bf16 (default), f16 or f32 and the KV pool in f32 device
-// memory. Behind the same Backend interface, so the scheduler, the generation loop and the tracer
+// stage, with the weights on the GPU in bf16 (default), f16 or f32 — quantized GGUF weights (Q8_0,
+// Q4_0, Q4_1, Q4_K, Q6_K) as stored — and the KV pool in f32 device memory. Behind the same Backend interface, so the scheduler, the generation loop and the tracer
 // run on it unchanged; it samples on the device (Backend::forward_sample), which copies back only
 // the sampled ids instead of [rows, vocab] logits.
 //
@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "assets/model.h"
@@ -27,6 +28,7 @@ namespace journey {
 
 struct CudaOptions {
   DType dtype = DType::BF16;  // weight type on the device: BF16, F16 or F32 (norm weights and biases stay f32)
+  bool keep_quantized = true; // GGUF blocks of a type in cuda_weight_types() stay as stored (else widened to dtype)
   int device = 0;             // CUDA device ordinal
   int gemv_version = 4;       // hand-written decode GEMV version (1, 2, 3, 4; see cuda/kernels.cu)
   bool fuse = true;           // fused kernels (norm + GEMV, GEMV + residual, SwiGLU) where no trace looks inside
@@ -52,6 +54,8 @@ class CudaBackend : public Backend {
   // Bytes of weights one decode step reads as the device stores them: every layer's matrices and
   // vectors, the final norm and the LM head (the bandwidth ceiling's denominator).
   virtual int64_t weight_bytes_per_token() const = 0;
+  // The matrices' bytes per device type ("q4_K" -> bytes), f32 vectors included under f32.
+  virtual std::vector<std::pair<DType, int64_t>> weight_bytes_by_type() const = 0;
 };
 
 // Devices the CUDA runtime can see; 0 when there is no driver or no GPU (never throws).

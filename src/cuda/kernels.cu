@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "quant/blocks.h"
 
 namespace journey::cuda {
 
@@ -70,6 +71,113 @@ void dispatch_weight_type(DType type, const char* op, F&& f) {
     case DType::F16: f(__half{}); break;
     default: fail("cuda::", op, ": weights must be f32, bf16 or f16, found ", dtype_name(type));
   }
+}
+
+// ---- quantized weights (GGUF blocks, quant/blocks.h) ---------------------------------------------
+//
+// A quantized matrix stays in its blocks on the device; a kernel dequantizes each weight where it
+// uses it, with the formulas of quant/dequantize.cpp (the reference the tests compare with), and,
+// like that file (compiled with -ffp-contract=off), without fusing a multiply and an add: the
+// __fmul_rn/__fadd_rn intrinsics are never contracted, so a dequantized weight is bit-identical to
+// the reference's. QuantFormat<Block>: weights per block and weight(block, i).
+
+__device__ __forceinline__ float half_bits_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+
+template <typename Block> struct QuantFormat;
+
+template <> struct QuantFormat<quant::block_q8_0> {
+  static constexpr int kWeights = quant::kQK;
+  // w = d * qs[i]
+  __device__ static float weight(const quant::block_q8_0& b, int i) {
+    return __fmul_rn(half_bits_to_float(b.d), float(b.qs[i]));
+  }
+};
+
+template <> struct QuantFormat<quant::block_q4_0> {
+  static constexpr int kWeights = quant::kQK;
+  // w = d * (q - 8); weight j is the low nibble of qs[j], weight j + 16 its high nibble
+  __device__ static float weight(const quant::block_q4_0& b, int i) {
+    const int q = i < 16 ? (b.qs[i] & 0x0F) : (b.qs[i - 16] >> 4);
+    return __fmul_rn(half_bits_to_float(b.d), float(q - 8));
+  }
+};
+
+template <> struct QuantFormat<quant::block_q4_1> {
+  static constexpr int kWeights = quant::kQK;
+  // w = d * q + m
+  __device__ static float weight(const quant::block_q4_1& b, int i) {
+    const int q = i < 16 ? (b.qs[i] & 0x0F) : (b.qs[i - 16] >> 4);
+    return __fadd_rn(__fmul_rn(half_bits_to_float(b.d), float(q)), half_bits_to_float(b.m));
+  }
+};
+
+template <> struct QuantFormat<quant::block_q4_k> {
+  static constexpr int kWeights = quant::kQK_K;
+  // w = d * sc[g] * q - dmin * m[g], g = i / 32, the 6-bit sc/m unpacked as quant::scale_min_k4
+  __device__ static float weight(const quant::block_q4_k& b, int i) {
+    const int g = i / 32;
+    int sc, m;
+    if (g < 4) {
+      sc = b.scales[g] & 63, m = b.scales[g + 4] & 63;
+    } else {
+      sc = (b.scales[g + 4] & 0xF) | ((b.scales[g - 4] >> 6) << 4);
+      m = (b.scales[g + 4] >> 4) | ((b.scales[g] >> 6) << 4);
+    }
+    const int chunk = i / 64, within = i % 64;
+    const uint8_t byte = b.qs[chunk * 32 + within % 32];
+    const int q = within < 32 ? (byte & 0xF) : (byte >> 4);
+    const float scaled = __fmul_rn(__fmul_rn(half_bits_to_float(b.d), float(sc)), float(q));
+    return __fsub_rn(scaled, __fmul_rn(half_bits_to_float(b.dmin), float(m)));
+  }
+};
+
+template <> struct QuantFormat<quant::block_q6_k> {
+  static constexpr int kWeights = quant::kQK_K;
+  // w = d * scales[i / 16] * (q - 32), q = 4 low bits from ql | 2 high bits from qh
+  __device__ static float weight(const quant::block_q6_k& b, int i) {
+    const int half_index = i / 128, within = i % 128, quarter = within / 32, l = within % 32;
+    const uint8_t low_byte = b.ql[64 * half_index + l + 32 * (quarter % 2)];
+    const int low4 = quarter < 2 ? (low_byte & 0xF) : (low_byte >> 4);
+    const int high2 = (b.qh[32 * half_index + l] >> (2 * quarter)) & 3;
+    const int q = (low4 | high2 << 4) - 32;
+    return __fmul_rn(__fmul_rn(half_bits_to_float(b.d), float(b.scales[i / 16])), float(q));
+  }
+};
+
+template <typename W> constexpr bool kIsBlock = false;
+template <> constexpr bool kIsBlock<quant::block_q8_0> = true;
+template <> constexpr bool kIsBlock<quant::block_q4_0> = true;
+template <> constexpr bool kIsBlock<quant::block_q4_1> = true;
+template <> constexpr bool kIsBlock<quant::block_q4_k> = true;
+template <> constexpr bool kIsBlock<quant::block_q6_k> = true;
+
+// The elements of one row (plain types) or blocks of one row (block types) for a row of `in` weights.
+template <typename W>
+__host__ __device__ constexpr int64_t row_units(int64_t in) {
+  if constexpr (kIsBlock<W>) return in / QuantFormat<W>::kWeights;
+  else return in;
+}
+
+// dispatch_weight_type plus the block types the device keeps as stored.
+template <typename F>
+void dispatch_any_weight(DType type, const char* op, F&& f) {
+  switch (type) {
+    case DType::Q8_0: f(quant::block_q8_0{}); break;
+    case DType::Q4_0: f(quant::block_q4_0{}); break;
+    case DType::Q4_1: f(quant::block_q4_1{}); break;
+    case DType::Q4_K: f(quant::block_q4_k{}); break;
+    case DType::Q6_K: f(quant::block_q6_k{}); break;
+    case DType::F32: case DType::BF16: case DType::F16: dispatch_weight_type(type, op, f); break;
+    default:
+      fail("cuda::", op, ": weights must be f32, bf16, f16, q8_0, q4_0, q4_1, q4_K or q6_K, found ", dtype_name(type));
+  }
+}
+
+// Blocks must tile every row: `in` a multiple of the block's weights.
+void check_block_row(const char* op, DType type, int64_t in) {
+  const int64_t block = dtype_block_size(type);
+  if (block > 1 && in % block != 0)
+    fail("cuda::", op, ": rows of ", in, " weights cannot be stored as ", dtype_name(type), " blocks of ", block);
 }
 
 unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
@@ -149,8 +257,28 @@ __device__ T block_inclusive_scan(T v, T* smem, T* total) {
 template <typename W>
 __global__ void embedding_gather_kernel(float* out, const W* table, const int32_t* tokens, int64_t E) {
   const int64_t t = blockIdx.x;
-  const W* row = table + int64_t(tokens[t]) * E;
-  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) out[t * E + e] = to_f32(row[e]);
+  const W* row = table + int64_t(tokens[t]) * row_units<W>(E);
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    if constexpr (kIsBlock<W>) {
+      constexpr int kWeights = QuantFormat<W>::kWeights;
+      out[t * E + e] = QuantFormat<W>::weight(row[e / kWeights], int(e % kWeights));
+    } else {
+      out[t * E + e] = to_f32(row[e]);
+    }
+  }
+}
+
+// T > 1 with quantized weights: the matrix dequantized into a bf16 scratch for cuBLAS; one warp
+// per block, lanes across its weights.
+template <typename Block>
+__global__ void dequantize_to_bf16_kernel(__nv_bfloat16* out, const Block* blocks, int64_t count) {
+  constexpr int kWeights = QuantFormat<Block>::kWeights;
+  const int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (b >= count) return;
+#pragma unroll
+  for (int i = lane; i < kWeights; i += 32)
+    out[b * kWeights + i] = __float2bfloat16_rn(QuantFormat<Block>::weight(blocks[b], i));
 }
 
 __global__ void rms_norm_kernel(float* out, const float* x, const float* weight, int64_t N, float eps) {
@@ -416,7 +544,7 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 
 template <typename W, bool kNorm, Epilogue kEpilogue>
 __global__ void __launch_bounds__(kGemvThreads) gemv_v4_kernel(const GemvArgs args, const bool vector_loads) {
-  constexpr int kVec = 16 / sizeof(W);
+  constexpr int kVec = kIsBlock<W> ? 1 : 16 / sizeof(W);  // (block types never take the 16-byte path)
   extern __shared__ float x_shared[];  // [in]
   __shared__ float reduce_smem[32];
   let_next_kernel_launch();
@@ -434,7 +562,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_v4_kernel(const GemvArgs ar
       for (int r = 0; r < 2; ++r) {
         target[r] = r;
         local[r] = warp_index;
-        row[r] = static_cast<const W*>(args.targets[r].weight) + warp_index * in;
+        row[r] = static_cast<const W*>(args.targets[r].weight) + warp_index * row_units<W>(in);
       }
     }
   } else {
@@ -446,7 +574,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_v4_kernel(const GemvArgs ar
       while (g >= args.targets[t].rows) g -= args.targets[t].rows, ++t;  // total_rows keeps t in range
       target[r] = t;
       local[r] = g;
-      row[r] = static_cast<const W*>(args.targets[t].weight) + g * in;
+      row[r] = static_cast<const W*>(args.targets[t].weight) + g * row_units<W>(in);
     }
   }
 
@@ -454,13 +582,15 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_v4_kernel(const GemvArgs ar
   const int64_t chunks = vector_loads ? in / kVec : 0;
   uint4 w[2][kGemvUnroll];
   auto load_batch = [&](int64_t base) {
+    if constexpr (!kIsBlock<W>) {
 #pragma unroll
-    for (int u = 0; u < kGemvUnroll; ++u) {
-      const int64_t c = base + 32 * u;
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        const int64_t c = base + 32 * u;
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
-        w[r][u] = row[r] != nullptr && c < chunks ? __ldcs(reinterpret_cast<const uint4*>(row[r]) + c)
-                                                  : make_uint4(0u, 0u, 0u, 0u);
+        for (int r = 0; r < 2; ++r)
+          w[r][u] = row[r] != nullptr && c < chunks ? __ldcs(reinterpret_cast<const uint4*>(row[r]) + c)
+                                                    : make_uint4(0u, 0u, 0u, 0u);
+      }
     }
   };
   load_batch(lane);
@@ -481,7 +611,22 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_v4_kernel(const GemvArgs ar
   __syncthreads();
 
   float acc[2] = {0.0f, 0.0f};
-  if (vector_loads) {
+  if constexpr (kIsBlock<W>) {
+    // quantized rows: block by block, lane j dequantizing weights j, j + 32, ... of each block
+    using Format = QuantFormat<W>;
+    // (no prefetch before the wait here; unrolled so that several blocks' loads are in flight)
+    const int64_t blocks = in / Format::kWeights;
+#pragma unroll 4
+    for (int64_t b = 0; b < blocks; ++b) {
+#pragma unroll
+      for (int i = lane; i < Format::kWeights; i += 32) {
+        const float xi = x_shared[b * Format::kWeights + i];
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          if (row[r] != nullptr) acc[r] += Format::weight(row[r][b], i) * xi;
+      }
+    }
+  } else if (vector_loads) {
     for (int64_t base = lane; base < chunks; base += 32 * kGemvUnroll) {
       if (base != lane) load_batch(base);
 #pragma unroll
@@ -978,12 +1123,16 @@ void launch_gemv_v4(const char* op, const GemvArgs& args, DType type, bool norm,
   if (args.in <= 0) fail("cuda::", op, ": in = ", args.in, " must be positive");
   if (args.total_rows <= 0) return;
   const size_t shared_bytes = size_t(args.in) * sizeof(float);
-  dispatch_weight_type(type, op, [&](auto w) {
+  check_block_row(op, type, args.in);
+  dispatch_any_weight(type, op, [&](auto w) {
     using W = decltype(w);
-    constexpr int kVec = 16 / sizeof(W);
-    bool vector_loads = args.in % kVec == 0;
-    for (int t = 0; t < args.num_targets; ++t)
-      vector_loads = vector_loads && reinterpret_cast<uintptr_t>(args.targets[t].weight) % 16 == 0;
+    bool vector_loads = false;  // 16-byte loads: plain types whose every row starts 16-byte aligned
+    if constexpr (!kIsBlock<W>) {
+      constexpr int kVec = 16 / sizeof(W);
+      vector_loads = args.in % kVec == 0;
+      for (int t = 0; t < args.num_targets; ++t)
+        vector_loads = vector_loads && reinterpret_cast<uintptr_t>(args.targets[t].weight) % 16 == 0;
+    }
     const int64_t warps = epilogue == Epilogue::SwiGLU ? args.total_rows : (args.total_rows + 1) / 2;
     const dim3 grid(blocks_for(warps, kGemvWarps));
     auto run = [&](auto kernel) {
@@ -1009,9 +1158,6 @@ GemvArgs gemv_args(const char* op, const float* x, int64_t in, LinearTargets tar
   for (size_t t = 0; t < targets.size(); ++t) {
     const LinearTarget& target = targets[t];
     if (target.out <= 0) fail("cuda::", op, ": target ", t, " has out = ", target.out, ", expected > 0");
-    if (target.weight.type != targets[0].weight.type)
-      fail("cuda::", op, ": target ", t, " is ", dtype_name(target.weight.type), ", target 0 is ",
-           dtype_name(targets[0].weight.type), " (one launch needs one weight type)");
     args.targets[t] = GemvTarget{target.weight.data, target.bias, target.y, target.out};
     args.total_rows += target.out;
   }
@@ -1023,7 +1169,8 @@ GemvArgs gemv_args(const char* op, const float* x, int64_t in, LinearTargets tar
 void embedding_gather(float* out, WeightView table, const int32_t* tokens, int64_t T, int64_t E, cudaStream_t stream) {
   check_rows("embedding_gather", T, E);
   if (T == 0) return;
-  dispatch_weight_type(table.type, "embedding_gather", [&](auto w) {
+  check_block_row("embedding_gather", table.type, E);
+  dispatch_any_weight(table.type, "embedding_gather", [&](auto w) {
     using W = decltype(w);
     embedding_gather_kernel<W><<<unsigned(T), kBlock, 0, stream>>>(out, static_cast<const W*>(table.data), tokens, E);
   });
@@ -1103,6 +1250,22 @@ void gemm(float* y, const void* x_typed, WeightView weight, const float* bias, i
   if (bias) add_bias(y, bias, T, out, context.stream);
 }
 
+// A quantized [rows, in] matrix dequantized into bf16 (cuBLAS has no GGML block types).
+void dequantize_to_bf16(void* out, WeightView weight, int64_t rows, int64_t in, cudaStream_t stream) {
+  check_block_row("dequantize_to_bf16", weight.type, in);
+  dispatch_any_weight(weight.type, "dequantize_to_bf16", [&](auto w) {
+    using W = decltype(w);
+    if constexpr (kIsBlock<W>) {
+      const int64_t count = rows * (in / QuantFormat<W>::kWeights);  // blocks
+      dequantize_to_bf16_kernel<W><<<blocks_for(count * 32, kBlock), kBlock, 0, stream>>>(
+          static_cast<__nv_bfloat16*>(out), static_cast<const W*>(weight.data), count);
+    } else {
+      fail("cuda::dequantize_to_bf16: ", dtype_name(weight.type), " is not a block type");
+    }
+  });
+  JOURNEY_LAUNCH_CHECK("dequantize_to_bf16");
+}
+
 // x in the weight's type for cuBLAS: x itself for f32 weights, else narrowed into the scratch.
 const void* typed_input(const char* op, const float* x, DType type, int64_t T, int64_t in,
                         const LinearContext& context) {
@@ -1120,53 +1283,93 @@ const void* typed_input(const char* op, const float* x, DType type, int64_t T, i
 
 }  // namespace
 
+namespace {
+
+// Calls launch(group) once per weight type among the targets, in order of first appearance (the
+// q/k/v of a Q4_K_M file are q4_K, q4_K and q6_K: two launches).
+template <typename F>
+void for_each_type_group(LinearTargets targets, F&& launch) {
+  bool done[kMaxLinearTargets] = {};
+  for (size_t first = 0; first < targets.size(); ++first) {
+    if (done[first]) continue;
+    LinearTarget group[kMaxLinearTargets];
+    size_t n = 0;
+    for (size_t t = first; t < targets.size(); ++t)
+      if (!done[t] && targets[t].weight.type == targets[first].weight.type) group[n++] = targets[t], done[t] = true;
+    launch(LinearTargets(group, n));
+  }
+}
+
+// T > 1: every target through cuBLAS. x is narrowed once per weight type; a quantized matrix is
+// first dequantized into the bf16 weight scratch (and meets bf16 activations).
+void gemm_targets(const char* op, const float* x, int64_t T, int64_t in, LinearTargets targets,
+                  const LinearContext& context) {
+  for_each_type_group(targets, [&](LinearTargets group) {
+    const DType type = group[0].weight.type;
+    const bool quantized = dtype_block_size(type) > 1;
+    const void* x_typed = typed_input(op, x, quantized ? DType::BF16 : type, T, in, context);
+    for (const LinearTarget& t : group) {
+      WeightView w = t.weight;
+      if (quantized) {
+        const size_t need = size_t(t.out * in) * 2;
+        if (context.weight_scratch == nullptr || context.weight_scratch_bytes < need)
+          fail("cuda::", op, ": a weight scratch of ", context.weight_scratch_bytes, " bytes is smaller than the ", need,
+               " needed to dequantize a [", t.out, ", ", in, "] ", dtype_name(type), " matrix to bf16");
+        dequantize_to_bf16(context.weight_scratch, t.weight, t.out, in, context.stream);
+        w = {context.weight_scratch, DType::BF16};
+      }
+      gemm(t.y, x_typed, w, t.bias, T, in, t.out, context);
+    }
+  });
+}
+
+}  // namespace
+
 void linear(float* y, const float* x, WeightView weight, const float* bias, int64_t T, int64_t in, int64_t out,
             const LinearContext& context) {
   check_rows("linear", T, in);
   if (out <= 0) fail("cuda::linear: out = ", out, " must be positive");
-  if (T == 0) return;
-  if (T == 1) {
-    if (context.gemv == GemvVersion::v4_prefetch_unrolled) {
-      const LinearTarget target{y, weight, bias, out};
-      launch_gemv_v4("linear", gemv_args("linear", x, in, LinearTargets(&target, 1)), weight.type, false, Epilogue::Store,
-                     context.stream, context.early_launch);
-    } else {
-      gemv(context.gemv, y, x, weight, bias, in, out, context.stream);
-    }
-    return;
-  }
-  gemm(y, typed_input("linear", x, weight.type, T, in, context), weight, bias, T, in, out, context);
+  const LinearTarget target{y, weight, bias, out};
+  linear_shared_input(x, T, in, LinearTargets(&target, 1), context);
 }
 
 void linear_shared_input(const float* x, int64_t T, int64_t in, LinearTargets targets,
                          const LinearContext& context) {
   check_rows("linear_shared_input", T, in);
-  const GemvArgs args = gemv_args("linear_shared_input", x, in, targets);  // checks the targets
+  gemv_args("linear_shared_input", x, in, targets);  // checks the targets
   if (T == 0) return;
-  if (T == 1 && context.gemv == GemvVersion::v4_prefetch_unrolled) {
-    launch_gemv_v4("linear_shared_input", args, targets[0].weight.type, false, Epilogue::Store, context.stream,
-                   context.early_launch);
+  if (T > 1) {
+    gemm_targets("linear_shared_input", x, T, in, targets, context);
     return;
   }
-  if (T == 1) {  // the older versions take one matrix per launch
-    for (const LinearTarget& t : targets) gemv(context.gemv, t.y, x, t.weight, t.bias, in, t.out, context.stream);
-    return;
-  }
-  const void* x_typed = typed_input("linear_shared_input", x, targets[0].weight.type, T, in, context);  // narrowed once
-  for (const LinearTarget& t : targets) gemm(t.y, x_typed, t.weight, t.bias, T, in, t.out, context);
+  for_each_type_group(targets, [&](LinearTargets group) {
+    // quantized weights have only the v4 kernel; the older versions take one plain matrix per launch
+    if (context.gemv == GemvVersion::v4_prefetch_unrolled || dtype_block_size(group[0].weight.type) > 1) {
+      launch_gemv_v4("linear_shared_input", gemv_args("linear_shared_input", x, in, group), group[0].weight.type, false,
+                     Epilogue::Store, context.stream, context.early_launch);
+    } else {
+      for (const LinearTarget& t : group) gemv(context.gemv, t.y, x, t.weight, t.bias, in, t.out, context.stream);
+    }
+  });
 }
 
 void rms_norm_linear_shared_input(const float* x, const float* norm_weight, float eps, int64_t in,
                                   LinearTargets targets, const LinearContext& context) {
-  GemvArgs args = gemv_args("rms_norm_linear_shared_input", x, in, targets);
-  args.norm_weight = norm_weight;
-  args.eps = eps;
-  launch_gemv_v4("rms_norm_linear_shared_input", args, targets[0].weight.type, true, Epilogue::Store, context.stream,
-                 context.early_launch);
+  gemv_args("rms_norm_linear_shared_input", x, in, targets);  // checks the targets
+  for_each_type_group(targets, [&](LinearTargets group) {  // each launch normalizes x itself
+    GemvArgs args = gemv_args("rms_norm_linear_shared_input", x, in, group);
+    args.norm_weight = norm_weight;
+    args.eps = eps;
+    launch_gemv_v4("rms_norm_linear_shared_input", args, group[0].weight.type, true, Epilogue::Store, context.stream,
+                   context.early_launch);
+  });
 }
 
 void rms_norm_swiglu(float* act, const float* x, const float* norm_weight, float eps, WeightView gate, WeightView up,
                      int64_t in, int64_t F, const LinearContext& context) {
+  if (gate.type != up.type)
+    fail("cuda::rms_norm_swiglu: gate is ", dtype_name(gate.type), ", up is ", dtype_name(up.type),
+         " (one launch reads both: they must share a type)");
   const LinearTarget targets[] = {{act, gate, nullptr, F}, {nullptr, up, nullptr, F}};
   GemvArgs args = gemv_args("rms_norm_swiglu", x, in, targets);
   args.norm_weight = norm_weight;

@@ -7,7 +7,8 @@
 // So `reference::linear(y, x, weight, bias, T, in, out)` is
 //    `cuda::linear(y, x, WeightView{w, DType::BF16}, bias, T, in, out, context)`.
 // Every pointer is a DEVICE pointer and every float tensor row-major f32 with its shape beside it.
-// Weights may be f32, bf16 or f16; all arithmetic accumulates in f32.
+// Weights may be f32, bf16, f16 or GGUF blocks (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K: dequantized inside
+// the GEMV, or into a bf16 scratch before cuBLAS when T > 1); all arithmetic accumulates in f32.
 //
 // Below the mirrored ops come the CUDA-only ones, marked FAST PATH: fused kernels and the batched
 // decode kernels behind CUDA graphs. Each is tested against the unfused ops it replaces.
@@ -38,7 +39,8 @@ int device_count();
 // A weight matrix as the device stores it: what is `const float* weight` in the reference.
 struct WeightView {
   const void* data = nullptr;  // [rows, cols] row-major, in `type`
-  DType type = DType::F32;     // F32, BF16 or F16
+  DType type = DType::F32;     // F32, BF16, F16, or a GGUF block type kept as stored: Q8_0, Q4_0,
+                               // Q4_1, Q4_K, Q6_K (each row a run of blocks, quant/blocks.h)
 };
 
 // How a matrix product runs. cuBLAS multiplies two matrices of one type, so for bf16/f16 weights
@@ -58,6 +60,9 @@ struct LinearContext {
   // Programmatic dependent launch (Hopper): a v4 GEMV may start while the previous kernel runs,
   // reading its weights early and waiting for that kernel only before it reads x.
   bool early_launch = false;
+  // >= out * in * 2 bytes: a quantized matrix dequantized to bf16 for cuBLAS when T > 1
+  void* weight_scratch = nullptr;
+  size_t weight_scratch_bytes = 0;
 };
 
 // ---- the mirrored ops ----------------------------------------------------------------------------
@@ -80,7 +85,8 @@ void rope(float* x,                  // [T, heads, D]
           int64_t T, int64_t heads, int64_t D, double theta, RopeLayout layout, cudaStream_t stream);
 
 // y = x W^T (+ bias), W stored [out, in] row-major (PyTorch's Linear). T == 1 runs the hand-written
-// GEMV (f32 x against W in its own type); T > 1 runs cuBLAS GemmEx with f32 accumulation.
+// GEMV (f32 x against W in its own type; quantized W always with v4); T > 1 runs cuBLAS GemmEx with
+// f32 accumulation (quantized W dequantized into context.weight_scratch first).
 void linear(float* y,             // [T, out]
             const float* x,       // [T, in]
             WeightView weight,    // [out, in]
@@ -111,8 +117,9 @@ struct LinearTargets {
 };
 
 // Several products of the same input (q, k and v; gate and up). T == 1: ONE GEMV launch over the
-// rows of every target (x staged once per block); T > 1: x narrowed once, one GEMM per target.
-// The result is that of one linear() per target. At most kMaxLinearTargets targets.
+// rows of every target (x staged once per block), one per weight type when the targets mix types;
+// T > 1: x narrowed once, one GEMM per target. The result is that of one linear() per target.
+// At most kMaxLinearTargets targets.
 void linear_shared_input(const float* x,  // [T, in]
                          int64_t T, int64_t in, LinearTargets targets,
                          const LinearContext& context);

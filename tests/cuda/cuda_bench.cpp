@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
       else if (flag == "--stream-out") stream_out = std::stoll(value);
       else fail("cuda_bench: unknown flag ", flag);
     }
+    // (quantized matrices of a type the device reads stay as stored whatever --dtype says)
     if (dtype == "bf16") cuda_options.dtype = DType::BF16;
     else if (dtype == "f16") cuda_options.dtype = DType::F16;
     else if (dtype == "f32") cuda_options.dtype = DType::F32;
@@ -144,6 +145,9 @@ int main(int argc, char** argv) {
     j["device"] = backend->device_name();
     j["weight_dtype"] = dtype;
     j["device_weight_bytes_per_token"] = backend->weight_bytes_per_token();
+    nlohmann::json by_type = nlohmann::json::object();  // what the device holds, per type
+    for (const auto& [type, bytes] : backend->weight_bytes_by_type()) by_type[std::string(dtype_name(type))] = bytes;
+    j["device_weight_bytes_by_type"] = by_type;
     j["decode_device_sampling_tok_s"] = device_sampling_tok_s;
     j["options"] = {{"graphs", cuda_options.graphs}, {"fuse", cuda_options.fuse},
                     {"fast_decode", cuda_options.fast_decode}, {"early_launch", cuda_options.early_launch},

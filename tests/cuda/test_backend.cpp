@@ -365,3 +365,44 @@ TEST_CASE("bad input gets journey::Error, not a crash") {
   CHECK_THROWS_AS(make_cuda_backend(model, {.dtype = DType::F32, .gemv_version = 5}), Error);
   CHECK_THROWS_AS(gpu->copy_kv_block(0, 7), Error);
 }
+
+TEST_CASE("quantized GGUF files keep their blocks on the device; decode equals the CPU's dequantized model") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  // kq-q4_k_m: Q4_K and Q6_K (mixed within a layer); t105-q4_1: Q4_1 with a Q8_0 output matrix;
+  // kq-q2_k: a type the device does not read, widened to bf16 on upload.
+  struct Case {
+    std::string path;
+    DType kept;  // a type that must stay as stored (F32 for none)
+  };
+  for (const Case& c : {Case{"tests/data/quantized/kq-q4_k_m.gguf", DType::Q4_K}, Case{"tests/data/quantized/t105-q4_1.gguf", DType::Q4_1},
+                        Case{"tests/data/quantized/kq-q2_k.gguf", DType::F32}}) {
+    CAPTURE(c.path);
+    LoadedModel model = load_model(c.path);
+    auto cpu = make_cpu_backend(model, {.threads = 2});  // every weight dequantized to f32 by the reference
+    auto gpu = make_cuda_backend(model, {});
+    bool kept = false, widened = false;
+    for (const auto& [type, bytes] : gpu->weight_bytes_by_type()) {
+      kept = kept || type == c.kept;
+      widened = widened || type == DType::BF16;
+      CHECK(type != DType::Q2_K);
+    }
+    if (c.kept != DType::F32) CHECK(kept);
+    else CHECK(widened);
+    // a one-token prompt: every step multiplies at T = 1, where the GEMV dequantizes exactly as the
+    // reference does, so the only difference from the CPU is the order of the sums
+    std::vector<std::vector<float>> cpu_logits, gpu_logits;
+    const std::vector<int32_t> a = greedy(*cpu, {1}, 16, &cpu_logits), b = greedy(*gpu, {1}, 16, &gpu_logits);
+    if (c.kept != DType::F32) {
+      CHECK(b == a);
+      for (size_t s = 0; s < a.size(); ++s) CHECK(nmse(gpu_logits[s], cpu_logits[s]) < 1e-8);
+    } else {  // widened to bf16: a rounded model
+      CHECK(nmse(gpu_logits[0], cpu_logits[0]) < 1e-3);
+    }
+    // a 9-token prefill multiplies through cuBLAS on the matrices dequantized to bf16
+    cpu_logits.clear(), gpu_logits.clear();
+    greedy(*cpu, prompt_for(model.config), 1, &cpu_logits);
+    greedy(*gpu, prompt_for(model.config), 1, &gpu_logits);
+    CHECK(nmse(gpu_logits[0], cpu_logits[0]) < 1e-3);
+    CHECK(gpu->stats().graph_error == "");
+  }
+}

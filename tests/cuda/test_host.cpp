@@ -51,9 +51,17 @@ TEST_CASE("the fast-path launchers reject bad arguments before launching") {
                                      {&y, {nullptr, DType::BF16}, nullptr, 1}};
   CHECK_THROWS_WITH_AS(cuda::linear_shared_input(nullptr, 1, 8, five, cuda::LinearContext{}),
                        doctest::Contains("5 targets, expected 1 to 4"), Error);
-  const cuda::LinearTarget mixed[] = {{&y, {nullptr, DType::BF16}, nullptr, 4}, {&y, {nullptr, DType::F32}, nullptr, 4}};
-  CHECK_THROWS_WITH_AS(cuda::linear_shared_input(nullptr, 1, 8, mixed, cuda::LinearContext{}),
-                       doctest::Contains("target 1 is f32, target 0 is bf16"), Error);
+  const cuda::LinearTarget q2k[] = {{&y, {nullptr, DType::Q2_K}, nullptr, 4}};
+  CHECK_THROWS_WITH_AS(cuda::linear_shared_input(nullptr, 1, 256, q2k, cuda::LinearContext{}),
+                       doctest::Contains("found q2_K"), Error);
+  const cuda::LinearTarget q4k[] = {{&y, {nullptr, DType::Q4_K}, nullptr, 4}};
+  CHECK_THROWS_WITH_AS(cuda::linear_shared_input(nullptr, 1, 96, q4k, cuda::LinearContext{}),
+                       doctest::Contains("rows of 96 weights cannot be stored as q4_K blocks of 256"), Error);
+  CHECK_THROWS_WITH_AS(cuda::linear_shared_input(nullptr, 3, 256, q4k, cuda::LinearContext{}),
+                       doctest::Contains("cuBLAS handle"), Error);
+  CHECK_THROWS_WITH_AS(cuda::rms_norm_swiglu(nullptr, nullptr, nullptr, 1e-5f, {nullptr, DType::Q4_K},
+                                             {nullptr, DType::Q6_K}, 256, 4, cuda::LinearContext{}),
+                       doctest::Contains("gate is q4_K, up is q6_K"), Error);
   const cuda::LinearTarget empty_rows[] = {{&y, {nullptr, DType::BF16}, nullptr, 0}};
   CHECK_THROWS_WITH_AS(cuda::rms_norm_linear_shared_input(nullptr, nullptr, 1e-5f, 8, empty_rows, cuda::LinearContext{}),
                        doctest::Contains("out = 0"), Error);

@@ -16,6 +16,8 @@
 #include <random>
 
 #include "cuda_test_util.h"
+#include "quant/dequantize.h"
+#include "quant/quantize.h"
 #include "reference/ops.h"
 #include "sampling/processors.h"
 
@@ -584,4 +586,90 @@ TEST_CASE("paged_attention_decode equals paged_attention at T = 1 for every sequ
     CHECK(nmse(d_ctx.download(), expected) < kReordered);
     CHECK(d_ctx.sentinels_intact());
   }
+}
+
+TEST_CASE("quantized weights: rows, GEMV in every fused form and GEMM against the reference dequantizers") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  cublasHandle_t handle;
+  JOURNEY_CUBLAS_CHECK(cublasCreate(&handle));
+  const int64_t in = 512, out = 45, T = 3;  // rows of 2 K super-blocks or 16 legacy blocks; odd row count
+  for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K}) {
+    CAPTURE(dtype_name(type));
+    // blocks made by the reference quantizer; W = what the reference dequantizer reads from them
+    auto quantized = [&](uint32_t seed, std::vector<float>* values) {
+      const std::vector<float> source = random_vector(static_cast<size_t>(out * in), seed, 0.05f);
+      std::vector<uint8_t> blocks(static_cast<size_t>(dtype_bytes_for(type, out * in)));
+      quant::quantize(type, source.data(), blocks.data(), out * in);
+      values->resize(source.size());
+      quant::dequantize(type, blocks.data(), values->data(), out * in);
+      return blocks;
+    };
+    std::vector<float> W, W2;
+    DeviceArray<uint8_t> d_w(quantized(80, &W)), d_w2(quantized(81, &W2));
+    const cuda::WeightView view{d_w.get(), type}, view2{d_w2.get(), type};
+
+    // embedding rows: the same dequantization, bit for bit
+    const std::vector<int32_t> tokens = {0, 44, 7, 7, 30};
+    std::vector<float> rows(tokens.size() * static_cast<size_t>(in));
+    ops::embedding_gather(rows.data(), W.data(), tokens.data(), int64_t(tokens.size()), in);
+    DeviceArray<int32_t> d_tokens(tokens);
+    DeviceArray<float> d_rows(rows.size());
+    cuda::embedding_gather(d_rows.get(), view, d_tokens.get(), int64_t(tokens.size()), in, nullptr);
+    CHECK(d_rows.download() == rows);
+    CHECK(d_rows.sentinels_intact());
+
+    // linear: T = 1 dequantizes inside the GEMV, T = 3 into a bf16 scratch for cuBLAS
+    const std::vector<float> x = random_vector(static_cast<size_t>(T * in), 82), bias = random_vector(static_cast<size_t>(out), 83);
+    DeviceArray<float> d_x(x), d_bias(bias);
+    DeviceArray<uint16_t> scratch(static_cast<size_t>(T * in)), weight_scratch(static_cast<size_t>(out * in));
+    cuda::LinearContext context;
+    context.cublas = handle;
+    context.scratch = scratch.get(), context.scratch_bytes = static_cast<size_t>(T * in) * 2;
+    context.weight_scratch = weight_scratch.get(), context.weight_scratch_bytes = static_cast<size_t>(out * in) * 2;
+    for (int64_t t : {int64_t(1), T}) {
+      CAPTURE(t);
+      std::vector<float> expected(static_cast<size_t>(t * out));
+      ops::linear(expected.data(), x.data(), W.data(), bias.data(), t, in, out, 1);
+      DeviceArray<float> y(expected.size());
+      cuda::linear(y.get(), d_x.get(), view, d_bias.get(), t, in, out, context);
+      // T = 3: weights and activations rounded to bf16 for the tensor cores
+      CHECK(nmse(y.download(), expected) < (t == 1 ? kReordered : 1e-4));
+      CHECK(y.sentinels_intact());
+      CHECK(weight_scratch.sentinels_intact());
+    }
+
+    // the fused forms: norm + two products (one quantized, one bf16: two launches), gate/up + SwiGLU,
+    // projection + residual add
+    const std::vector<float> norm = random_vector(static_cast<size_t>(in), 84, 0.1f, 1.0f), x1(x.begin(), x.begin() + in);
+    std::vector<float> xn(static_cast<size_t>(in));
+    ops::rms_norm(xn.data(), x1.data(), norm.data(), 1, in, 1e-5f);
+    DeviceArray<float> d_norm(norm);
+    TestMatrix other = make_matrix(random_vector(static_cast<size_t>(9 * in), 85, 0.05f), DType::BF16);
+    DeviceArray<float> q(static_cast<size_t>(out)), k(9);
+    const cuda::LinearTarget mixed[] = {{q.get(), view, nullptr, out}, {k.get(), other.view(), nullptr, 9}};
+    cuda::rms_norm_linear_shared_input(d_x.get(), d_norm.get(), 1e-5f, in, mixed, context);
+    std::vector<float> q_ref(static_cast<size_t>(out)), k_ref(9);
+    ops::linear(q_ref.data(), xn.data(), W.data(), nullptr, 1, in, out, 1);
+    ops::linear(k_ref.data(), xn.data(), other.reference.data(), nullptr, 1, in, 9, 1);
+    CHECK(nmse(q.download(), q_ref) < kReordered);
+    CHECK(nmse(k.download(), k_ref) < kReordered);
+
+    DeviceArray<float> act(static_cast<size_t>(out));
+    cuda::rms_norm_swiglu(act.get(), d_x.get(), d_norm.get(), 1e-5f, view, view2, in, out, context);
+    std::vector<float> gate(static_cast<size_t>(out)), up(static_cast<size_t>(out)), act_ref(static_cast<size_t>(out));
+    ops::linear(gate.data(), xn.data(), W.data(), nullptr, 1, in, out, 1);
+    ops::linear(up.data(), xn.data(), W2.data(), nullptr, 1, in, out, 1);
+    ops::swiglu(act_ref.data(), gate.data(), up.data(), out);
+    CHECK(nmse(act.download(), act_ref) < kReordered);
+    CHECK(act.sentinels_intact());
+
+    const std::vector<float> resid = random_vector(static_cast<size_t>(out), 86);
+    DeviceArray<float> d_resid(resid);
+    cuda::linear_residual_add(d_resid.get(), d_x.get(), view, in, out, context);
+    std::vector<float> proj(static_cast<size_t>(out)), resid_ref(static_cast<size_t>(out));
+    ops::linear(proj.data(), x1.data(), W.data(), nullptr, 1, in, out, 1);
+    ops::residual_add(resid_ref.data(), resid.data(), proj.data(), out);
+    CHECK(nmse(d_resid.download(), resid_ref) < kReordered);
+  }
+  cublasDestroy(handle);
 }
