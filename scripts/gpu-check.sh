@@ -271,6 +271,8 @@ if rows:
     for r in rows:
         roads = r["roads"] or {}
         road = f"graphs {roads.get('graph_replays', 0)}/decode {roads.get('decode_steps', 0)}/plain {roads.get('plain_steps', 0)}"
+        if roads.get("early_launch_refused"):
+            road += " (early launch refused by the driver)"
         if roads.get("graph_error"):
             road += " GRAPH ERROR: " + roads["graph_error"]
         st = f"{r['streams_tok_s']:.0f}" if r["streams_tok_s"] else "-"

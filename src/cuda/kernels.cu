@@ -1084,12 +1084,14 @@ __global__ void __launch_bounds__(kSampleBlock) sample_kernel(int32_t* ids, cons
 
 // ---- launchers -----------------------------------------------------------------------------------
 
+bool g_early_launch_refused = false;  // set once if the driver refuses programmatic dependent launch
+
 // Launches `kernel` on `stream`; with `early`, as a programmatic dependent launch (Hopper): the
 // kernel may start before the previous one on the stream ends and must wait for it itself
 // (wait_for_previous_kernel) before reading what that kernel wrote.
 template <typename... Params, typename... Args>
 void launch_kernel(const char* op, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-                   cudaStream_t stream, bool early, Args&&... args) {
+                   cudaStream_t stream, bool early, const Args&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -1099,8 +1101,16 @@ void launch_kernel(const char* op, void (*kernel)(Params...), dim3 grid, dim3 bl
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = early && stream != nullptr ? 1 : 0;  // (not on the legacy default stream)
-  check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), op, __FILE__, __LINE__);
+  config.numAttrs = early && stream != nullptr && !g_early_launch_refused ? 1 : 0;  // (not on the legacy stream)
+  cudaError_t status = cudaLaunchKernelEx(&config, kernel, args...);
+  if (status != cudaSuccess && config.numAttrs == 1) {
+    // a driver that refuses the attribute: launch plainly, and never ask again (early_launch_refused())
+    (void)cudaGetLastError();
+    g_early_launch_refused = true;
+    config.numAttrs = 0;
+    status = cudaLaunchKernelEx(&config, kernel, args...);
+  }
+  check_cuda(status, op, __FILE__, __LINE__);
 }
 
 // Dynamic shared memory beyond the default 48 KB needs the kernel's opt-in, up to the device limit.
@@ -1165,6 +1175,8 @@ GemvArgs gemv_args(const char* op, const float* x, int64_t in, LinearTargets tar
 }
 
 }  // namespace
+
+bool early_launch_refused() { return g_early_launch_refused; }
 
 void embedding_gather(float* out, WeightView table, const int32_t* tokens, int64_t T, int64_t E, cudaStream_t stream) {
   check_rows("embedding_gather", T, E);

@@ -36,6 +36,10 @@ void check_cublas(cublasStatus_t status, const char* what, const char* file, int
 // Visible devices; 0 (never an exception) when there is no driver or no device.
 int device_count();
 
+// True once a launch with LinearContext::early_launch was refused by the driver (from then on
+// every launch is plain); benchmarks report it.
+bool early_launch_refused();
+
 // A weight matrix as the device stores it: what is `const float* weight` in the reference.
 struct WeightView {
   const void* data = nullptr;  // [rows, cols] row-major, in `type`

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/kernels.h"
 #include "engine/llm_engine.h"
 #include "reference/bench.h"
 
@@ -168,7 +169,7 @@ int main(int argc, char** argv) {
     const CudaStats stats = backend->stats();
     j["roads"] = {{"plain_steps", stats.plain_steps}, {"decode_steps", stats.decode_steps},
                   {"graph_captures", stats.graph_captures}, {"graph_replays", stats.graph_replays},
-                  {"graph_error", stats.graph_error}};
+                  {"graph_error", stats.graph_error}, {"early_launch_refused", cuda::early_launch_refused()}};
     std::cout << j.dump(2) << "\n";
     return 0;
   } catch (const std::exception& e) {
