@@ -9,12 +9,14 @@
 //  - with --streams N: the engine (engine/llm_engine.h) serving 1 and then N streams of random
 //    prompts, output tokens per second each way (the 16-stream serving figure of docs/cuda.md).
 // Used by scripts/gpu-check.sh; the CPU ceilings of run_bench are not measured (they are the host's).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
@@ -158,6 +160,8 @@ int main(int argc, char** argv) {
       EngineConfig config;
       config.max_model_len = stream_prompt + stream_out + 16;
       config.scheduler.max_num_seqs = streams;
+      // the engine samples on the host from the step's logits: spread the rows over the cores
+      config.sampling_threads = int(std::clamp<unsigned>(std::thread::hardware_concurrency() / 2, 1u, 8u));
       LLMEngine engine(*backend, config);
       const int64_t vocab = backend->config().vocab_size;
       serve_phase(engine, 1, stream_prompt, 4, vocab, 99);  // warm-up
