@@ -178,8 +178,10 @@ else
   M=$MODELS_DIR/tinyllama-1.1b-bf16
   if step make_tinyllama 240 "$PY" tools/make_random_model.py --preset tinyllama-1.1b --dtype bf16 --out "$M"; then
     # The quantized files are made on the CPU cores WHILE the GPU runs the bf16 benchmarks: one
-    # `journey quantize` per type in the background (it is single-threaded), each under a timeout.
+    # `journey quantize` per type in the background, a few threads each, each under a timeout.
     QUANT_JOBS=""
+    QUANT_THREADS=""
+    "$JOURNEY" quantize --help 2>&1 | grep -q -- '--threads' && QUANT_THREADS="--threads ${QUANT_THREADS_EACH:-3}"
     if runnable "$JOURNEY" && "$JOURNEY" quantize --help > /dev/null 2>&1; then
       NATIVE=$("$CUDA_BENCH" --list-dtypes 2>/dev/null || true)
       for q in $QUANT_TYPES; do
@@ -187,7 +189,7 @@ else
         [ "$q" != "$base" ] && base=${base}_k
         if ! grep -qiw "$base" <<< "$NATIVE"; then skip "bench_$q" "the CUDA backend does not keep $q as stored"; continue; fi
         log "quantize $q in the background"
-        ( t0=$(date +%s); timeout --kill-after=10 "${QUANT_TIMEOUT:-200}" nice -n 5 "$JOURNEY" quantize "$M" --type "$q" \
+        ( t0=$(date +%s); timeout --kill-after=10 "${QUANT_TIMEOUT:-200}" nice -n 5 "$JOURNEY" quantize "$M" --type "$q" $QUANT_THREADS \
             --out "$MODELS_DIR/tinyllama-1.1b-$q.gguf" > "$OUT/quantize_$q.log" 2>&1
           printf '%s\t%s\t%ss\n' "quantize_$q" "$?" "$(($(date +%s) - t0))" > "$OUT/quantize_$q.status" ) &
         QUANT_JOBS="$QUANT_JOBS $q"

@@ -9,7 +9,7 @@
 
 #include "assets/model.h"
 #include "core/error.h"
-#include "reference/cpu_backend.h"
+#include "reference/reference_backend.h"
 #include "text/tokenizer.h"
 #include "trace/capture_sink.h"
 
@@ -19,7 +19,7 @@ int main(int argc, char** argv) try {
   const std::filesystem::path model_path = argc > 1 ? argv[1] : JOURNEY_SOURCE_DIR "/data/stories260K";
   const LoadedModel model = load_model(model_path);
   const auto tokenizer = load_tokenizer(model_path);
-  auto backend = make_cpu_backend(model);
+  auto backend = make_reference_backend(model);
   const ModelConfig& c = model.config;
   const int64_t H = c.num_heads, KVH = c.num_kv_heads, D = c.head_dim;
   const int layer = 0, head = 0;

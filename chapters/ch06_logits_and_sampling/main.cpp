@@ -11,7 +11,7 @@
 
 #include "assets/model.h"
 #include "core/error.h"
-#include "reference/cpu_backend.h"
+#include "reference/reference_backend.h"
 #include "sampling/processors.h"
 #include "sampling/sampler.h"
 #include "text/tokenizer.h"
@@ -34,7 +34,7 @@ int main(int argc, char** argv) try {
   const std::filesystem::path model_path = argc > 1 ? argv[1] : JOURNEY_SOURCE_DIR "/data/stories260K";
   const LoadedModel model = load_model(model_path);
   const auto tokenizer = load_tokenizer(model_path);
-  auto backend = make_cpu_backend(model);
+  auto backend = make_reference_backend(model);
 
   const std::vector<int> ids = tokenizer->encode("Once upon a time, there was a little", /*add_special=*/true);
   backend->allocate_kv_cache(1, int64_t(ids.size()));

@@ -12,7 +12,7 @@
 #include "assets/model.h"
 #include "core/error.h"
 #include "engine/generate.h"
-#include "reference/cpu_backend.h"
+#include "reference/reference_backend.h"
 #include "sampling/processors.h"
 #include "text/tokenizer.h"
 
@@ -26,7 +26,7 @@ int main(int argc, char** argv) try {
   const std::filesystem::path model_path = argc > 1 ? argv[1] : JOURNEY_SOURCE_DIR "/data/stories260K";
   const LoadedModel model = load_model(model_path);
   const auto tokenizer = load_tokenizer(model_path);
-  auto backend = make_cpu_backend(model, CpuOptions{.threads = 1});
+  auto backend = make_reference_backend(model);
   const std::vector<int> prompt = tokenizer->encode("Once upon a time", /*add_special=*/true);
 
   GenerationRequest request;

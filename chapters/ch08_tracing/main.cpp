@@ -1,8 +1,11 @@
 // Chapter 8 — tracing: keep every intermediate tensor of a run, then use the dump to find a bug.
-// Runs "Once upon a time" through stories260K twice, recording every stage with a DumpSink: once
-// with the correct backend, once with the planted RoPE bug (q rotated by position + 1). It prints
-// a few of the recorded tensors, then compares the two dumps stage by stage in journey order: the
-// first stage beyond tolerance is where the bug entered. Fails unless that is L0.q_rope.
+// Runs "Once upon a time" through stories260K three times, recording every stage with a DumpSink:
+// on the literal reference backend, on the fast CPU backend, and on the fast CPU backend with a
+// planted bug in its RoPE kernel (it pairs dimensions the Meta way, (2i, 2i+1), on a Hugging Face
+// checkpoint whose q/k rows want (i, i + D/2) — a real bug that real converters have had). It
+// prints a few recorded tensors, then compares the dumps stage by stage in journey order: the fast
+// backend agrees with the reference everywhere, and the bugged one first diverges where the bug
+// entered. Fails unless that is L0.q_rope.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -12,7 +15,8 @@
 
 #include "assets/model.h"
 #include "core/error.h"
-#include "reference/cpu_backend.h"
+#include "cpu/cpu_backend.h"
+#include "reference/reference_backend.h"
 #include "sampling/sampler.h"
 #include "text/tokenizer.h"
 #include "trace/compare.h"
@@ -24,11 +28,10 @@ namespace fs = std::filesystem;
 
 // The generation loop of engine/generate.cpp, spelled out so the step boundaries are visible: the
 // sink is told before every forward pass which step begins (a backend cannot know).
-static std::vector<int32_t> traced_run(const LoadedModel& model, const std::vector<int32_t>& prompt, int decode_steps,
-                                       int rope_bug, const fs::path& dir) {
+static std::vector<int32_t> traced_run(Backend& backend, const std::vector<int32_t>& prompt, int decode_steps,
+                                       const fs::path& dir) {
   fs::remove_all(dir);
-  auto backend = make_cpu_backend(model, CpuOptions{.threads = 1, .debug_rope_position_offset = rope_bug});
-  backend->allocate_kv_cache(/*num_blocks=*/4, /*block_size=*/4);
+  backend.allocate_kv_cache(/*num_blocks=*/4, /*block_size=*/4);
   DumpSink sink(dir);
   SamplingParams greedy;
   greedy.temperature = 0.0;  // argmax
@@ -41,7 +44,7 @@ static std::vector<int32_t> traced_run(const LoadedModel& model, const std::vect
   batch.sequences.push_back(SequenceInput{0, prompt, 0, {0, 1}, /*all_logits=*/true});
   std::vector<int32_t> generated;
   for (int step = 0;; ++step) {
-    ForwardOutput out = backend->forward(batch, &sink);
+    ForwardOutput out = backend.forward(batch, &sink);
     SampledToken token = sampler.sample({out.last_row(0), size_t(out.vocab_size)}, &sink);
     sink.set_sampled(ManifestSampled{token.id, "", token.prob, {}});
     generated.push_back(token.id);
@@ -55,6 +58,13 @@ static std::vector<int32_t> traced_run(const LoadedModel& model, const std::vect
   return generated;
 }
 
+// The planted bug: RoPE with the pairs of the other layout.
+static void rope_with_swapped_layout(float* x, const int64_t* positions, int64_t T, int64_t heads, int64_t D,
+                                     double theta, RopeLayout layout) {
+  const RopeLayout wrong = layout == RopeLayout::HalfSplit ? RopeLayout::Interleaved : RopeLayout::HalfSplit;
+  cpu::rope(x, positions, T, heads, D, theta, wrong);
+}
+
 int main() {
   try {
     const fs::path model_dir = fs::path(JOURNEY_SOURCE_DIR) / "data" / "stories260K";
@@ -64,15 +74,23 @@ int main() {
     const std::vector<int32_t> prompt(ids.begin(), ids.end());
 
     const fs::path work = fs::temp_directory_path() / "journey-ch08";
-    const fs::path good = work / "good", buggy = work / "rope-bug";
-    std::vector<int32_t> good_tokens = traced_run(model, prompt, 3, 0, good);
-    std::vector<int32_t> buggy_tokens = traced_run(model, prompt, 3, 1, buggy);
+    const fs::path good = work / "reference", fast = work / "cpu", buggy = work / "cpu-rope-bug";
+    auto reference = make_reference_backend(model);
+    auto cpu = make_cpu_backend(model, CpuOptions{.threads = 1});
+    CpuOps planted;
+    planted.rope = rope_with_swapped_layout;
+    auto bugged = make_cpu_backend(model, CpuOptions{.threads = 1}, planted);
+    std::vector<int32_t> good_tokens = traced_run(*reference, prompt, 3, good);
+    std::vector<int32_t> fast_tokens = traced_run(*cpu, prompt, 3, fast);
+    std::vector<int32_t> buggy_tokens = traced_run(*bugged, prompt, 3, buggy);
 
     std::cout << "prompt tokens:";
     for (int32_t id : prompt) std::cout << " " << id << " " << tokenizer->piece(id);
-    std::cout << "\ngreedy, correct:  ";
+    std::cout << "\ngreedy, reference: ";
     for (int32_t id : good_tokens) std::cout << tokenizer->piece(id) << " ";
-    std::cout << "\ngreedy, RoPE bug: ";
+    std::cout << "\ngreedy, cpu:       ";
+    for (int32_t id : fast_tokens) std::cout << tokenizer->piece(id) << " ";
+    std::cout << "\ngreedy, RoPE bug:  ";
     for (int32_t id : buggy_tokens) std::cout << tokenizer->piece(id) << " ";
 
     // Read a dump like any other file: layer 0, head 0's attention in the prefill, [H, T, P].
@@ -86,6 +104,11 @@ int main() {
       for (int64_t p = 0; p < P; ++p) std::printf(" %5.2f", weights.f32[size_t(t * P + p)]);
       std::printf("\n");
     }
+
+    // The fast backend against the reference: every stage within f32 rounding.
+    ComparisonResult agree = compare_dumps(fast, good);
+    std::cout << "\ncpu vs reference: " << (agree.first() ? "DIVERGED at " + agree.first()->name : std::string("every stage agrees")) << "\n";
+    if (agree.first()) return 1;
 
     // Find the bug: compare stage by stage, in the order the forward pass computes them.
     ComparisonResult result = compare_dumps(buggy, good);

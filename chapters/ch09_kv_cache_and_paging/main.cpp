@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "engine/block_manager.h"
 #include "engine/llm_engine.h"
-#include "reference/cpu_backend.h"
+#include "cpu/cpu_backend.h"
 #include "text/tokenizer.h"
 
 using namespace journey;

@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "engine/llm_engine.h"
 #include "engine/scheduler.h"
-#include "reference/cpu_backend.h"
+#include "cpu/cpu_backend.h"
 #include "text/tokenizer.h"
 
 using namespace journey;

@@ -22,7 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "reference/cpu_backend.h"
+#include "cpu/cpu_backend.h"
 #include "server/http_server.h"
 
 using namespace journey;

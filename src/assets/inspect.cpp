@@ -1,5 +1,7 @@
 #include "assets/inspect.h"
 
+#include "core/model_weights.h"
+
 #include <algorithm>
 #include <map>
 
@@ -17,7 +19,7 @@ InspectReport inspect_model(const std::filesystem::path& path) {
 
   // Order tensors the way the model uses them; anything unexpected goes last, by name.
   std::map<std::string, size_t> rank;
-  for (const auto& e : expected_tensors(model.config)) rank.emplace(e.name, rank.size());
+  for (const WeightSpec& e : model_weights(model.config)) rank.emplace(e.name, rank.size());
   for (const auto& [name, t] : model.weights.all()) r.tensors.push_back({name, t.shape, t.dtype, t.nbytes});
   std::stable_sort(r.tensors.begin(), r.tensors.end(), [&](const TensorSummary& a, const TensorSummary& b) {
     const size_t ra = rank.count(a.name) ? rank[a.name] : rank.size();

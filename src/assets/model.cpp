@@ -9,16 +9,12 @@
 #include "assets/llama2c.h"
 #include "assets/safetensors.h"
 #include "core/error.h"
+#include "core/model_weights.h"
+#include "core/shape.h"
 
 namespace journey {
 namespace fs = std::filesystem;
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -168,48 +164,17 @@ std::string_view format_name(ModelFormat f) {
   return "?";
 }
 
-std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
-  const int64_t E = c.hidden_size, V = c.vocab_size, F = c.intermediate_size, D = c.head_dim;
-  const int64_t Q = c.q_dim(), KV = c.kv_dim();
-  std::vector<ExpectedTensor> out;
-  out.push_back({"model.embed_tokens.weight", {V, E}});
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = cat("model.layers.", l, ".");
-    out.push_back({p + "input_layernorm.weight", {E}});
-    out.push_back({p + "self_attn.q_proj.weight", {Q, E}});
-    out.push_back({p + "self_attn.k_proj.weight", {KV, E}});
-    out.push_back({p + "self_attn.v_proj.weight", {KV, E}});
-    out.push_back({p + "self_attn.o_proj.weight", {E, Q}});
-    if (c.attention_bias) {
-      out.push_back({p + "self_attn.q_proj.bias", {Q}});
-      out.push_back({p + "self_attn.k_proj.bias", {KV}});
-      out.push_back({p + "self_attn.v_proj.bias", {KV}});
-    }
-    if (c.qk_norm) {
-      out.push_back({p + "self_attn.q_norm.weight", {D}});
-      out.push_back({p + "self_attn.k_norm.weight", {D}});
-    }
-    out.push_back({p + "post_attention_layernorm.weight", {E}});
-    out.push_back({p + "mlp.gate_proj.weight", {F, E}});
-    out.push_back({p + "mlp.up_proj.weight", {F, E}});
-    out.push_back({p + "mlp.down_proj.weight", {E, F}});
-  }
-  out.push_back({"model.norm.weight", {E}});
-  out.push_back({"lm_head.weight", {V, E}, c.tie_word_embeddings});
-  return out;
-}
-
 void validate_weights(const ModelConfig& config, const WeightStore& weights, const fs::path& where) {
-  for (const auto& e : expected_tensors(config)) {
+  for (const WeightSpec& e : model_weights(config)) {
     if (!weights.has(e.name)) {
       if (e.optional) continue;
-      fail(where.string(), ": missing tensor ", e.name, " (expected shape ", shape_str(e.shape), " for ",
+      fail(where.string(), ": missing tensor ", e.name, " (expected shape ", shape_string(e.shape), " for ",
            config.architecture, " with ", config.num_layers, " layers",
            e.name == "lm_head.weight" ? ", untied embeddings" : "", ")");
     }
     const TensorRef& t = weights.get(e.name);
     if (t.shape != e.shape)
-      fail(where.string(), ": tensor ", e.name, " has shape ", shape_str(t.shape), ", expected ", shape_str(e.shape),
+      fail(where.string(), ": tensor ", e.name, " has shape ", shape_string(t.shape), ", expected ", shape_string(e.shape),
            " from the config (hidden ", config.hidden_size, ", heads ", config.num_heads, ", KV heads ", config.num_kv_heads,
            ", head dim ", config.head_dim, ", FFN ", config.intermediate_size, ", vocab ", config.vocab_size, ") in ", t.source);
     // Quantized GGUF blocks dequantize like floats; integer tensors are not weights.

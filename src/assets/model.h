@@ -31,17 +31,7 @@ struct LoadedModel {
 
 std::string_view format_name(ModelFormat f);  // "Hugging Face", "llama2.c", "GGUF"
 
-// One expected tensor of an architecture, with the shape config.json implies.
-struct ExpectedTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  bool optional = false;  // e.g. lm_head.weight when embeddings are tied
-};
-
-// The tensors an architecture needs, named as in Hugging Face checkpoints.
-std::vector<ExpectedTensor> expected_tensors(const ModelConfig& config);
-
-// Every expected tensor present with the expected shape and a float dtype; throws journey::Error
+// Every tensor of core/model_weights.h's model_weights(config) present with the expected shape and a float dtype; throws journey::Error
 // naming the tensor, the expected and the found shape/dtype.
 void validate_weights(const ModelConfig& config, const WeightStore& weights, const std::filesystem::path& where);
 

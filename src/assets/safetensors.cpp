@@ -273,9 +273,12 @@ int dequantize_awq_weights(const AwqConfig& awq, WeightStore& weights, const std
   for (const auto& [layer, l] : checked) {
     const int64_t in = l.qweight->shape[0], out = l.qweight->shape[1] * 8;
     const std::vector<float> scales = l.scales->to_f32();  // [in/g, out]
+    // copied out: safetensors offsets need not be 4-byte aligned
+    std::vector<int32_t> qweight(l.qweight->nbytes / 4), qzeros(l.qzeros->nbytes / 4);  // [in, out/8], [in/g, out/8]
+    std::memcpy(qweight.data(), l.qweight->data, qweight.size() * 4);
+    std::memcpy(qzeros.data(), l.qzeros->data, qzeros.size() * 4);
     auto values = std::make_shared<std::vector<float>>(size_t(in * out));  // [out, in]
-    quant::dequantize_awq_gemm(reinterpret_cast<const int32_t*>(l.qweight->data), reinterpret_cast<const int32_t*>(l.qzeros->data),
-                               scales.data(), in, out, g, values->data());
+    quant::dequantize_awq_gemm(qweight.data(), qzeros.data(), scales.data(), in, out, g, values->data());
     TensorRef t;
     t.name = layer + ".weight";
     t.dtype = DType::F32;

@@ -14,6 +14,7 @@
 
 #include "backend/device_sampling.h"
 #include "core/config.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace journey {
@@ -91,6 +92,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  // "reference", "cpu", "cuda"
+  // The type the matrices are multiplied in (f32 for the CPU backends; bf16 by default on CUDA):
+  // traces record it so that a diff judges a bf16 run by bf16 tolerances.
+  virtual DType weight_dtype() const { return DType::F32; }
   virtual const ModelConfig& config() const = 0;
   // (Re)allocate the KV pool: num_blocks blocks of block_size token slots, for every layer.
   virtual void allocate_kv_cache(int64_t num_blocks, int64_t block_size) = 0;

@@ -1,7 +1,8 @@
 #include "cli/backend_select.h"
 
 #include "core/error.h"
-#include "reference/cpu_backend.h"
+#include "cpu/cpu_backend.h"
+#include "reference/reference_backend.h"
 #if defined(JOURNEY_HAVE_CUDA)
 #include "cuda/cuda_backend.h"
 #endif
@@ -9,6 +10,7 @@
 namespace journey::cli {
 
 std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::string& device, int threads) {
+  if (device == "reference") return make_reference_backend(model);
   if (device == "cpu") return make_cpu_backend(model, CpuOptions{.threads = threads});
   if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
 #if defined(JOURNEY_HAVE_CUDA)
@@ -23,14 +25,16 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::strin
     fail("--device ", device, ": journey was built without CUDA (JOURNEY_CUDA=OFF); rebuild with -DJOURNEY_CUDA=ON");
 #endif
   }
-  fail("--device: expected cpu, cuda, cuda:bf16, cuda:f16 or cuda:f32, found \"", device, "\"");
+  fail("--device: expected reference, cpu, cuda, cuda:bf16, cuda:f16 or cuda:f32, found \"", device, "\"");
 }
 
 const char* device_flag_help() {
 #if defined(JOURNEY_HAVE_CUDA)
-  return "where to run: cpu (the reference), cuda (bf16 weights on GPU 0), cuda:f16 or cuda:f32";
+  return "where to run: cpu (fast, the default), reference (the literal path the chapters teach), cuda (bf16 "
+         "weights on GPU 0), cuda:f16 or cuda:f32";
 #else
-  return "where to run: cpu (this build has no CUDA; cuda needs -DJOURNEY_CUDA=ON)";
+  return "where to run: cpu (fast, the default) or reference (the literal path the chapters teach); this build has "
+         "no CUDA (cuda needs -DJOURNEY_CUDA=ON)";
 #endif
 }
 

@@ -8,8 +8,8 @@
 #include "cli/backend_select.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "reference/bench.h"
-#include "reference/cpu_backend.h"
+#include "cpu/bench.h"
+#include "cpu/cpu_backend.h"
 
 namespace journey::cli {
 

@@ -33,6 +33,7 @@ void register_quantize(CLI::App& app) {
   struct Args {
     std::string input, output, type;
     bool pure = false, allow_requantize = false;
+    int threads = 0;
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("input", args->input, "a GGUF file, a Hugging Face directory or a llama2.c checkpoint")->required();
@@ -40,6 +41,7 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("--out", args->output, "the .gguf file to write")->required();
   cmd->add_flag("--pure", args->pure, "every quantizable matrix gets the base type (no _M bumps, no Q6_K output)");
   cmd->add_flag("--allow-requantize", args->allow_requantize, "quantize tensors that are already quantized");
+  cmd->add_option("--threads", args->threads, "threads that quantize a tensor's rows (0 = every core)")->check(CLI::NonNegativeNumber);
   cmd->callback([args] {
     quant::QuantizeOptions options;
     options.input = args->input;
@@ -47,6 +49,7 @@ void register_quantize(CLI::App& app) {
     options.type = args->type;
     options.pure = args->pure;
     options.allow_requantize = args->allow_requantize;
+    options.threads = args->threads;
     if (::isatty(STDERR_FILENO)) options.on_tensor_done = draw_progress;
     const quant::QuantizeReport r = quant::quantize_model(options);
     std::printf("wrote %s: %zu tensors, %llu weights, %.2f MiB of tensors from %.2f MiB (%.2f bits per weight)\n",

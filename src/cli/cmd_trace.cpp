@@ -23,6 +23,7 @@
 #include "cli/generation_flags.h"
 #include "core/error.h"
 #include "backend/backend.h"
+#include "engine/traced_generation.h"
 #include "engine/generate.h"
 #include "text/chat_template.h"
 #include "trace/dump_sink.h"
@@ -39,43 +40,6 @@ struct TraceArgs {
   std::string stages, layers, heads, steps;
   int64_t kv_block_size = 16;
   int top_alternatives = 5;
-  int debug_rope_offset = 0;  // hidden, test-only: the planted RoPE bug (CpuOptions)
-};
-
-// Forwards everything to the real backend; before each forward pass after the first, starts a
-// new decode step in the sink (step 0, the prefill, is started by the command itself).
-class StepMarkingBackend final : public Backend {
- public:
-  StepMarkingBackend(Backend& inner, DumpSink& sink) : inner_(inner), sink_(sink) {}
-
-  std::string name() const override { return inner_.name(); }
-  const ModelConfig& config() const override { return inner_.config(); }
-  void allocate_kv_cache(int64_t num_blocks, int64_t block_size) override {
-    inner_.allocate_kv_cache(num_blocks, block_size);
-  }
-  int64_t kv_block_size() const override { return inner_.kv_block_size(); }
-  int64_t kv_num_blocks() const override { return inner_.kv_num_blocks(); }
-  int64_t kv_block_bytes(int64_t block_size) const override { return inner_.kv_block_bytes(block_size); }
-  void copy_kv_block(int32_t src, int32_t dst) override { inner_.copy_kv_block(src, dst); }
-
-  ForwardOutput forward(const ForwardBatch& batch, TraceSink* sink) override {
-    if (forward_calls_ > 0) {
-      const SequenceInput& seq = batch.sequences.at(0);
-      std::vector<int64_t> positions;  // [T]
-      for (size_t i = 0; i < seq.tokens.size(); ++i) positions.push_back(seq.start_position + int64_t(i));
-      sink_.set_step(forward_calls_, "decode", std::move(positions));
-    }
-    ++forward_calls_;
-    if (!sink_.wants(Stage::logits, -1)) return inner_.forward(batch, sink);
-    ForwardBatch all_rows = batch;  // every position's logits, as the goldens hold them
-    for (auto& seq : all_rows.sequences) seq.all_logits = true;
-    return inner_.forward(all_rows, sink);
-  }
-
- private:
-  Backend& inner_;
-  DumpSink& sink_;
-  int forward_calls_ = 0;
 };
 
 std::string shell_quote(const std::string& s) {
@@ -98,25 +62,7 @@ std::string reproduce_command(const TraceArgs& a, const SamplingParams& p, uint6
   if (!a.layers.empty()) cmd << " --layers " << shell_quote(a.layers);
   if (!a.heads.empty()) cmd << " --heads " << shell_quote(a.heads);
   if (!a.steps.empty()) cmd << " --steps " << shell_quote(a.steps);
-  if (a.debug_rope_offset != 0) cmd << " --debug-rope-offset " << a.debug_rope_offset;
   return cmd.str();
-}
-
-nlohmann::json config_json(const ModelConfig& c) {
-  return {{"architecture", c.architecture},
-          {"hidden_size", c.hidden_size},
-          {"intermediate_size", c.intermediate_size},
-          {"num_hidden_layers", c.num_layers},
-          {"num_attention_heads", c.num_heads},
-          {"num_key_value_heads", c.num_kv_heads},
-          {"head_dim", c.head_dim},
-          {"vocab_size", c.vocab_size},
-          {"max_position_embeddings", c.max_position_embeddings},
-          {"rope_theta", c.rope_theta},
-          {"rms_norm_eps", c.rms_norm_eps},
-          {"tie_word_embeddings", c.tie_word_embeddings},
-          {"attention_bias", c.attention_bias},
-          {"qk_norm", c.qk_norm}};
 }
 
 void run_trace(const TraceArgs& args) {
@@ -124,9 +70,6 @@ void run_trace(const TraceArgs& args) {
   if (args.kv_block_size < 1) fail("--kv-block-size must be at least 1, got ", args.kv_block_size);
 
   ModelSession session = open_model(args.flags);
-  if (args.debug_rope_offset != 0)  // the planted bug needs its own backend
-    session.backend = make_cpu_backend(session.model, CpuOptions{.threads = args.flags.threads,
-                                                                 .debug_rope_position_offset = args.debug_rope_offset});
 
   // The text the tokenizer sees: the prompt (plain, BOS added) or the rendered chat template.
   std::string template_text;
@@ -154,9 +97,6 @@ void run_trace(const TraceArgs& args) {
   session.backend->allocate_kv_cache((positions + args.kv_block_size - 1) / args.kv_block_size, args.kv_block_size);
 
   DumpSink sink(args.out, filters);
-  std::vector<int64_t> prompt_positions(ids.size());  // [P]
-  for (size_t i = 0; i < ids.size(); ++i) prompt_positions[i] = int64_t(i);
-  sink.set_step(0, "prefill", prompt_positions);
   if (args.chat && sink.wants(Stage::template_text, -1)) {
     std::vector<int32_t> bytes(template_text.begin(), template_text.end());  // [n_bytes]
     for (auto& b : bytes) b = static_cast<unsigned char>(b);
@@ -176,22 +116,18 @@ void run_trace(const TraceArgs& args) {
     std::fwrite(args.prompt.data(), 1, args.prompt.size(), stdout);
     std::fflush(stdout);
   }
-  StepMarkingBackend backend(*session.backend, sink);
-  GenerationResult result = generate(backend, tokenizer, request, callbacks, &sink);
+  GenerationResult result = generate_traced(*session.backend, tokenizer, request, sink, callbacks);
   std::fputs("\n", stdout);
 
   Manifest& m = sink.manifest();
   m.generated_by_tool = "journey trace";
   m.generated_by_command = reproduce_command(args, request.sampling, result.seed);
-  m.model.path = session.model.path.string();
-  m.model.architecture = session.model.config.architecture;
-  m.model.config = config_json(session.model.config);
-  m.model.hash = model_fingerprint(session.model.path);
+  m.model = manifest_model(session.model.path, session.backend->config());
   m.prompt = args.prompt;
   m.template_text = template_text;
   for (int id : ids) m.tokens.push_back({id, tokenizer.piece(id)});
   m.settings = {{"backend", session.backend->name()},
-                {"dtype", "float32"},
+                {"dtype", std::string(dtype_name(session.backend->weight_dtype()))},
                 {"sampling",
                  {{"temperature", request.sampling.temperature},
                   {"top_k", request.sampling.top_k},
@@ -210,7 +146,6 @@ void run_trace(const TraceArgs& args) {
                 {"filters", {{"stages", args.stages}, {"layers", args.layers}, {"heads", args.heads}, {"steps", args.steps}}},
                 {"generated_text", result.text},
                 {"finish_reason", finish_reason_name(result.finish_reason)}};
-  if (args.debug_rope_offset != 0) m.settings["debug_rope_position_offset"] = args.debug_rope_offset;
   sink.finish();
   print_summary(result, request.sampling);
   std::fprintf(stderr, "[trace: %zu tensors over %zu steps in %s]\n", m.tensors.size(), m.steps.size(),
@@ -236,8 +171,6 @@ void register_trace(CLI::App& app) {
   cmd->add_option("--top", args->top_alternatives, "alternatives recorded with each sampled token")
       ->capture_default_str()
       ->check(CLI::Range(0, 20));
-  // Hidden (empty group): the planted RoPE bug, for the tests that prove a diff finds it.
-  cmd->add_option("--debug-rope-offset", args->debug_rope_offset, "TEST ONLY: rotate q by position + N")->group("");
   cmd->callback([args] { run_trace(*args); });
 }
 

@@ -20,7 +20,7 @@
 #include "cli/commands.h"
 #include "backend/backend.h"
 #include "engine/generate.h"
-#include "reference/cpu_backend.h"
+#include "cpu/cpu_backend.h"
 #include "sampling/params.h"
 #include "text/tokenizer.h"
 

@@ -48,7 +48,6 @@ struct CudaStats {
 
 class CudaBackend : public Backend {
  public:
-  virtual DType weight_dtype() const = 0;
   virtual std::string device_name() const = 0;
   virtual CudaStats stats() const = 0;
   // Bytes of weights one decode step reads as the device stores them: every layer's matrices and

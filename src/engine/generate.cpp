@@ -61,13 +61,24 @@ GenerationResult generate(Backend& backend, const Tokenizer& tokenizer, const Ge
     if (callbacks.on_text) callbacks.on_text(text);
   };
 
+  // One forward pass, then the next token: drawn on the backend's device when it samples there and
+  // nothing but temperature/top-k/top-p is asked (only the id comes back), else on the host.
+  const bool on_device = sink == nullptr && backend.samples_on_device() && sampler.can_draw_on_device();
+  auto forward_and_sample = [&](const ForwardBatch& step_batch) {
+    if (on_device) {
+      const DeviceSampling draw = sampler.device_draw();
+      return sampler.accept_device_draw(backend.forward_sample(step_batch, std::span<const DeviceSampling>(&draw, 1))[0]);
+    }
+    const ForwardOutput output = backend.forward(step_batch, sink);
+    return sampler.sample({output.last_row(0), static_cast<size_t>(output.vocab_size)}, sink);
+  };
+
   // Prefill: the whole prompt in one forward pass; only the last position's logits are needed.
   Clock::time_point start = Clock::now();
   ForwardBatch batch;
   batch.sequences.push_back(SequenceInput{0, request.prompt_ids, 0, contiguous_blocks(prompt_len, block_size)});
-  ForwardOutput output = backend.forward(batch, sink);
   int64_t position = prompt_len;  // where the next token will be fed
-  SampledToken token = sampler.sample({output.last_row(0), static_cast<size_t>(output.vocab_size)}, sink);
+  SampledToken token = forward_and_sample(batch);
   double prefill_s = seconds_since(start);
   result.time_to_first_token_s = prefill_s;
   result.prefill_tokens_per_s = prompt_len / std::max(prefill_s, 1e-9);
@@ -76,28 +87,21 @@ GenerationResult generate(Backend& backend, const Tokenizer& tokenizer, const Ge
   while (true) {
     result.token_ids.push_back(token.id);
     if (callbacks.on_token) callbacks.on_token(token, position);
-    // Stop rules, in order: EOS, stop string, max_tokens / context.
-    if (std::find(request.stop.eos_ids.begin(), request.stop.eos_ids.end(), token.id) != request.stop.eos_ids.end()) {
-      result.finish_reason = FinishReason::Stop;
-      break;
-    }
-    emit(stop_matcher.push(detokenizer.push(token.id)));
-    if (stop_matcher.matched()) {
-      result.finish_reason = FinishReason::Stop;
-      result.stop_string = stop_matcher.matched_stop();
-      break;
-    }
-    if (static_cast<int64_t>(result.token_ids.size()) >= max_new) {
-      result.finish_reason = FinishReason::Length;
+    const bool is_eos = std::find(request.stop.eos_ids.begin(), request.stop.eos_ids.end(), token.id) !=
+                        request.stop.eos_ids.end();
+    const bool at_limit = static_cast<int64_t>(result.token_ids.size()) >= max_new;
+    StopVerdict verdict = apply_stop_rules(token.id, is_eos, /*has_text=*/true, at_limit, &detokenizer, stop_matcher);
+    emit(verdict.text);
+    if (verdict.finish) {
+      result.finish_reason = *verdict.finish;
+      if (stop_matcher.matched()) result.stop_string = stop_matcher.matched_stop();
       break;
     }
     // Decode: feed the token at its position, sample the next one.
     batch.sequences[0] = SequenceInput{0, {token.id}, position, contiguous_blocks(position + 1, block_size)};
-    output = backend.forward(batch, sink);
     ++position;
-    token = sampler.sample({output.last_row(0), static_cast<size_t>(output.vocab_size)}, sink);
+    token = forward_and_sample(batch);
   }
-  if (!stop_matcher.matched()) emit(stop_matcher.push(detokenizer.flush()) + stop_matcher.flush());
 
   result.generated_tokens = static_cast<int64_t>(result.token_ids.size());
   double decode_s = seconds_since(decode_start);

@@ -191,26 +191,17 @@ RequestOutput LLMEngine::emit(Request& r, const std::optional<SampledToken>& tok
   out.tokens.push_back(*token);
   out.output_tokens = r.seq.num_output_tokens();
 
-  bool is_eos = !r.request.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
-  bool is_stop_id = std::find(r.request.stop_token_ids.begin(), r.request.stop_token_ids.end(), id) !=
-                    r.request.stop_token_ids.end();
-  if (is_eos || is_stop_id) {
-    out.finish_reason = FinishReason::Stop;  // the stop token itself adds no text
-  } else if (r.detokenizer && id < tokenizer_->vocab_size()) {
-    // Ids past the tokenizer's vocabulary (the embedding table is often padded: Qwen2.5 has
-    // 151936 rows for 151665 tokens) have no text; a trained model all but never samples them,
-    // a random-weight one does. They count as output tokens and add no text.
-    out.text = r.stop.push(r.detokenizer->push(id));
-    if (r.stop.matched()) out.finish_reason = FinishReason::Stop;
-  }
-  if (!out.finished() && (r.seq.num_output_tokens() >= r.request.max_tokens || r.seq.num_tokens() >= max_model_len_))
-    out.finish_reason = FinishReason::Length;
-  // Ending without a stop string: release what the detokenizer and the matcher held back.
-  if (r.detokenizer && out.finished() && !r.stop.matched()) {
-    out.text += r.stop.push(r.detokenizer->flush());
-    if (!r.stop.matched()) out.text += r.stop.flush();
-    else out.finish_reason = FinishReason::Stop;
-  }
+  const bool is_eos = !r.request.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
+  const bool is_stop_id = std::find(r.request.stop_token_ids.begin(), r.request.stop_token_ids.end(), id) !=
+                          r.request.stop_token_ids.end();
+  // Ids past the tokenizer's vocabulary (the embedding table is often padded: Qwen2.5 has 151936
+  // rows for 151665 tokens) have no text; a trained model all but never samples them, a random-
+  // weight one does. They count as output tokens and add no text.
+  const bool has_text = tokenizer_ != nullptr && id < tokenizer_->vocab_size();
+  const bool at_limit = r.seq.num_output_tokens() >= r.request.max_tokens || r.seq.num_tokens() >= max_model_len_;
+  StopVerdict verdict = apply_stop_rules(id, is_eos || is_stop_id, has_text, at_limit, r.detokenizer.get(), r.stop);
+  out.text = std::move(verdict.text);
+  out.finish_reason = verdict.finish;
   return out;
 }
 
@@ -219,7 +210,31 @@ std::vector<RequestOutput> LLMEngine::step() {
   aborted_.clear();
   SchedulerOutput plan = scheduler_.schedule();
   if (plan.empty()) return outputs;
-  ForwardOutput logits = runner_.run(plan);  // one forward pass for the whole batch
+  // Which sequences draw a token this step: those whose prompt is done after it (a prefill that
+  // finishes, or a decode); a prefill chunk only fills the cache.
+  const size_t n = plan.scheduled.size();
+  std::vector<char> draws_token(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Sequence& seq = *plan.scheduled[i].seq;
+    draws_token[i] = seq.num_computed_tokens + plan.scheduled[i].num_tokens == seq.num_tokens();
+  }
+  // On a backend that samples on its device, draw there when every drawing sequence asks for
+  // nothing else (no penalties, min-p, logprobs or trace): then only the ids come back.
+  bool on_device = runner_.backend().samples_on_device();
+  for (size_t i = 0; i < n && on_device; ++i) {
+    const Request& r = *requests_.at(plan.scheduled[i].seq->id);
+    if (draws_token[i] && (r.request.trace || !r.sampler.can_draw_on_device())) on_device = false;
+  }
+  ForwardOutput logits;                 // [sequences, V] when drawn on the host
+  std::vector<int32_t> device_ids;      // [sequences] when drawn on the device
+  if (on_device) {
+    std::vector<DeviceSampling> params(n);  // a sequence that draws nothing gets a greedy draw, ignored
+    for (size_t i = 0; i < n; ++i)
+      if (draws_token[i]) params[i] = requests_.at(plan.scheduled[i].seq->id)->sampler.device_draw();
+    device_ids = runner_.run_sample(plan, params);
+  } else {
+    logits = runner_.run(plan);  // one forward pass for the whole batch
+  }
   scheduler_.commit(plan);
   ++steps_;
   batched_tokens_total_ += plan.num_batched_tokens;
@@ -236,10 +251,14 @@ std::vector<RequestOutput> LLMEngine::step() {
 #pragma omp parallel for num_threads(sampling_threads_) schedule(dynamic) if (scheduled > 1)
   for (int64_t i = 0; i < scheduled; ++i) {
     const Sequence& seq = *plan.scheduled[size_t(i)].seq;
-    if (seq.num_computed_tokens != seq.num_tokens()) continue;  // a prefill chunk: nothing to draw yet
+    if (!draws_token[size_t(i)]) continue;  // a prefill chunk: nothing to draw yet
     Request& r = *requests_.at(seq.id);
-    const float* row = logits.last_row(size_t(i));
     try {
+      if (on_device) {
+        draws[size_t(i)].token = r.sampler.accept_device_draw(device_ids[size_t(i)]);
+        continue;
+      }
+      const float* row = logits.last_row(size_t(i));
       draws[size_t(i)].token = r.sampler.sample(std::span<const float>(row, static_cast<size_t>(logits.vocab_size)));
     } catch (const std::exception& e) {
       draws[size_t(i)].error = e.what();

@@ -23,4 +23,9 @@ ForwardOutput ModelRunner::run(const SchedulerOutput& plan, TraceSink* sink) {
   return backend_.forward(build_forward_batch(plan), sink);
 }
 
+std::vector<int32_t> ModelRunner::run_sample(const SchedulerOutput& plan, std::span<const DeviceSampling> params) {
+  for (const BlockCopy& copy : plan.copies) backend_.copy_kv_block(copy.src, copy.dst);
+  return backend_.forward_sample(build_forward_batch(plan), params);
+}
+
 }  // namespace journey

@@ -17,6 +17,9 @@ class ModelRunner {
  public:
   explicit ModelRunner(Backend& backend) : backend_(backend) {}
   ForwardOutput run(const SchedulerOutput& plan, TraceSink* sink = nullptr);
+  // The same step, with each sequence's next token drawn on the backend's device (params: one per
+  // scheduled sequence; Backend::forward_sample). Returns one id per scheduled sequence.
+  std::vector<int32_t> run_sample(const SchedulerOutput& plan, std::span<const DeviceSampling> params);
   Backend& backend() { return backend_; }
 
  private:

@@ -79,4 +79,23 @@ std::string StopStringMatcher::flush() {
   return rest;
 }
 
+StopVerdict apply_stop_rules(int32_t id, bool is_end_id, bool has_text, bool at_length_limit,
+                             IncrementalDetokenizer* detokenizer, StopStringMatcher& matcher) {
+  StopVerdict v;
+  if (is_end_id) {
+    v.finish = FinishReason::Stop;  // 1. the end token itself adds no text
+  } else if (detokenizer && has_text) {
+    v.text = matcher.push(detokenizer->push(id));  // 2. stop strings are matched on text
+    if (matcher.matched()) v.finish = FinishReason::Stop;
+  }
+  if (!v.finish && at_length_limit) v.finish = FinishReason::Length;  // 3.
+  if (v.finish && detokenizer && !matcher.matched()) {  // 4. release the held-back text
+    v.text += matcher.push(detokenizer->flush());
+    if (matcher.matched()) v.finish = FinishReason::Stop;  // the flushed bytes completed a stop string
+    else v.text += matcher.flush();
+  }
+  (void)id;
+  return v;
+}
+
 }  // namespace journey

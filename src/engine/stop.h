@@ -18,6 +18,7 @@
 namespace journey {
 
 class Tokenizer;
+class IncrementalDetokenizer;
 
 enum class FinishReason { Stop, Length };
 
@@ -57,5 +58,24 @@ class StopStringMatcher {
   std::string pending_;                // text received but not yet released
   std::optional<std::string> matched_;
 };
+
+// What the stop rules make of one sampled token.
+struct StopVerdict {
+  std::string text;                   // text that is now safe to emit (maybe empty)
+  std::optional<FinishReason> finish; // set when the sequence ends with this token
+};
+
+// The stop rules for one sampled token, in the one order both the generation loop (generate.cpp)
+// and the serving engine (llm_engine.cpp) apply them:
+//   1. an end id (EOS, or a stop token the request named) ends the sequence; its text is not emitted;
+//   2. otherwise the token's text goes through the stop-string matcher; a match ends the sequence
+//      and the stop string is not emitted;
+//   3. otherwise reaching the length limit (max_tokens or the context) ends it;
+//   4. a sequence that ends without a stop string releases what the detokenizer and the matcher
+//      still hold back.
+// `detokenizer` may be null (a request served without a tokenizer: ids only); `has_text` is false
+// for ids that have no text (the padding rows of an embedding table past the tokenizer's vocabulary).
+StopVerdict apply_stop_rules(int32_t id, bool is_end_id, bool has_text, bool at_length_limit,
+                             IncrementalDetokenizer* detokenizer, StopStringMatcher& matcher);
 
 }  // namespace journey

@@ -6,17 +6,21 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <exception>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "assets/convert.h"
 #include "assets/gguf.h"
 #include "assets/gguf_writer.h"
 #include "assets/model.h"
 #include "core/error.h"
+#include "core/threads.h"
 #include "quant/dequantize.h"
 #include "quant/quantize.h"
 #include "quant/tensor_types.h"
+#include "text/tokenizer.h"
 
 namespace journey::quant {
 namespace fs = std::filesystem;
@@ -46,7 +50,31 @@ struct Source {
   ModelFacts facts;
   std::vector<std::string> notes;
   std::shared_ptr<const void> keep_alive;  // the mapped source files
+  std::optional<fs::path> tokenizer_source;  // what load_tokenizer reads the source's tokenizer from
 };
+
+// Quantize a tensor's rows on `threads` threads, each a contiguous range of whole rows. Rows are
+// quantized independently, so the bytes do not depend on the thread count.
+void quantize_rows(DType type, const float* values /*[rows, row]*/, std::byte* out, int64_t rows, int64_t row, int threads) {
+  const int64_t row_bytes = dtype_bytes_for(type, row);
+  const int64_t per_thread = (rows + threads - 1) / threads;
+  std::vector<std::thread> pool;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    const int64_t r0 = t * per_thread, r1 = std::min(rows, r0 + per_thread);
+    if (r0 >= r1) break;
+    pool.emplace_back([&, t, r0, r1] {
+      try {
+        quantize(type, values + r0 * row, out + r0 * row_bytes, (r1 - r0) * row);
+      } catch (...) {
+        errors[size_t(t)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& thread : pool) thread.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
 
 // llama.cpp's weight_name_comparer: tensors outside the layers first (by name), then layer by layer.
 bool llama_cpp_order(const std::string& a, const std::string& b) {
@@ -152,6 +180,123 @@ void add_sentencepiece_vocab(GgufWriter& w, const fs::path& model_file, const Mo
   if (auto add_eos = tokenizer_config_flag(dir, "add_eos_token")) w.set("tokenizer.ggml.add_eos_token", gguf_bool(*add_eos));
 }
 
+// GGUF's name for a byte-level BPE pre-tokenizer (tokenizer.ggml.pre; llama.cpp keys its regexes by it),
+// told by the digits rule of the Split regex: Llama 3 splits digits in runs of up to three, Qwen2 one by
+// one, GPT-2 has no Split and lets ByteLevel apply its own regex. check_tokenizer() confirms the choice.
+std::string bpe_pre_name(const nlohmann::json& pre, const std::string& where) {
+  std::vector<nlohmann::json> steps;
+  if (pre.is_object() && pre.value("type", "") == "Sequence") steps = pre.value("pretokenizers", std::vector<nlohmann::json>{});
+  else if (pre.is_object()) steps = {pre};
+  std::vector<std::string> splits;
+  bool byte_level = false, byte_level_regex = false;
+  for (const auto& step : steps) {
+    const std::string type = step.value("type", "");
+    if (type == "ByteLevel") {
+      byte_level = true;
+      byte_level_regex = step.value("use_regex", true);
+    } else if (type == "Split" && step.contains("pattern") && step["pattern"].contains("Regex")) {
+      splits.push_back(step["pattern"]["Regex"].get<std::string>());
+    }
+  }
+  if (!byte_level) fail(where, ": the pre-tokenizer is not byte-level BPE (GGUF \"gpt2\" vocabularies are)");
+  if (splits.empty() && byte_level_regex) return "gpt-2";
+  if (splits.size() == 1 && splits[0].find("\\p{N}{1,3}") != std::string::npos) return "llama-bpe";
+  if (splits.size() == 1 && splits[0].find("\\p{N}") != std::string::npos) return "qwen2";
+  fail(where, ": its pre-tokenizer (", pre.dump().substr(0, 200), ") is none journey can name in GGUF (gpt-2, llama-bpe, qwen2)");
+}
+
+// A byte-level BPE tokenizer.json as GGUF's "gpt2" vocabulary: pieces by id (added tokens included,
+// padded to vocab_size), merges, token types (special added tokens are control tokens, the others
+// user-defined), the pre-tokenizer's name and the special ids.
+void add_bpe_vocab(GgufWriter& w, const fs::path& json_path, const ModelConfig& c, const fs::path& dir) {
+  const std::string where = json_path.string();
+  std::ifstream in(json_path);
+  const nlohmann::json root = nlohmann::json::parse(in, nullptr, false);
+  if (!root.is_object() || !root.contains("model") || !root["model"].is_object()) fail(where, ": not a tokenizer.json");
+  const nlohmann::json& model = root["model"];
+  if (model.value("type", "BPE") != "BPE") fail(where, ": model type ", model.value("type", ""), " (GGUF gpt2 vocabularies are BPE)");
+  if (!model.contains("vocab") || !model["vocab"].is_object() || !model.contains("merges") || !model["merges"].is_array())
+    fail(where, ": model.vocab or model.merges missing");
+  const std::string pre = bpe_pre_name(root.value("pre_tokenizer", nlohmann::json()), where);
+  enum { kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5 };  // llama_token_type
+  int64_t size = c.vocab_size;
+  for (const auto& [piece, id] : model["vocab"].items()) size = std::max<int64_t>(size, id.get<int64_t>() + 1);
+  const auto added = root.value("added_tokens", nlohmann::json::array());
+  for (const auto& token : added) size = std::max<int64_t>(size, token.at("id").get<int64_t>() + 1);
+  if (size > c.vocab_size) fail(where, " holds ids up to ", size - 1, " but the model's vocab_size is ", c.vocab_size);
+  std::vector<std::string> tokens(static_cast<size_t>(size));
+  std::vector<int32_t> types(static_cast<size_t>(size), kUnused);
+  for (const auto& [piece, id] : model["vocab"].items()) {
+    tokens[id.get<size_t>()] = piece;
+    types[id.get<size_t>()] = kNormal;
+  }
+  for (const auto& token : added) {
+    const size_t id = token.at("id").get<size_t>();
+    tokens[id] = token.at("content").get<std::string>();
+    types[id] = token.value("special", false) ? kControl : kUserDefined;
+  }
+  for (size_t id = 0; id < tokens.size(); ++id)
+    if (types[id] == kUnused) tokens[id] = cat("[PAD", id, "]");
+  std::vector<std::string> merges;
+  for (const auto& merge : model["merges"])
+    merges.push_back(merge.is_string() ? merge.get<std::string>() : cat(merge.at(0).get<std::string>(), " ", merge.at(1).get<std::string>()));
+  w.set("tokenizer.ggml.model", gguf_string("gpt2"));
+  w.set("tokenizer.ggml.pre", gguf_string(pre));
+  w.set("tokenizer.ggml.tokens", gguf_string_array(tokens));
+  w.set("tokenizer.ggml.token_type", gguf_i32_array(types));
+  w.set("tokenizer.ggml.merges", gguf_string_array(merges));
+  // BOS/EOS as journey's tokenizer.json reader takes them: named by tokenizer_config.json (config.json's
+  // ids when there is none); BOS is added when tokenizer_config.json names one and does not say no.
+  std::optional<nlohmann::json> tokenizer_config;
+  if (fs::is_regular_file(dir / "tokenizer_config.json")) {
+    std::ifstream config_in(dir / "tokenizer_config.json");
+    tokenizer_config = nlohmann::json::parse(config_in, nullptr, false);
+  }
+  auto named_id = [&](const char* key) -> std::optional<int64_t> {
+    if (!tokenizer_config || !tokenizer_config->is_object() || !tokenizer_config->contains(key)) return std::nullopt;
+    const nlohmann::json& v = (*tokenizer_config)[key];
+    const std::string content = v.is_string() ? v.get<std::string>() : v.is_object() ? v.value("content", "") : "";
+    if (content.empty()) return std::nullopt;
+    for (size_t id = 0; id < tokens.size(); ++id)
+      if (tokens[id] == content) return int64_t(id);
+    fail(dir.string(), "/tokenizer_config.json names ", key, " \"", content, "\", which is not in the vocabulary");
+  };
+  std::optional<int64_t> bos = named_id("bos_token"), eos = named_id("eos_token");
+  if (!tokenizer_config) {
+    if (c.bos_token_id) bos = *c.bos_token_id;
+    if (!c.eos_token_ids.empty()) eos = c.eos_token_ids.front();
+  }
+  if (bos) w.set("tokenizer.ggml.bos_token_id", gguf_u32(uint32_t(*bos)));
+  if (eos) w.set("tokenizer.ggml.eos_token_id", gguf_u32(uint32_t(*eos)));
+  w.set("tokenizer.ggml.add_bos_token", gguf_bool(bos.has_value() && tokenizer_config_flag(dir, "add_bos_token").value_or(true)));
+  if (auto add_eos = tokenizer_config_flag(dir, "add_eos_token")) w.set("tokenizer.ggml.add_eos_token", gguf_bool(*add_eos));
+}
+
+// The written vocabulary must tokenize like the source's tokenizer; texts chosen for the cases
+// converters get wrong (digits, punctuation, non-Latin scripts, emoji; whitespace runs for BPE).
+// Whitespace runs are left out for SentencePiece: its normalizer collapses them (remove_extra_whitespaces)
+// and GGUF's "llama" vocabularies, as llama.cpp reads them, do not — a property of the format, not of
+// this conversion.
+void check_tokenizer(const fs::path& source, const fs::path& gguf, bool sentencepiece) {
+  const auto expected = load_tokenizer(source);
+  const auto got = load_tokenizer(gguf);
+  std::vector<std::string> texts = {"Once upon a time, there was a little girl named Lily.",
+                                    "digits 1 12 123 1234 12345 3.14159", "caf\xC3\xA9 na\xC3\xAFve \xC3\x9C" "ber",
+                                    "\xE4\xBD\xA0\xE5\xA5\xBD\xEF\xBC\x8C\xE4\xB8\x96\xE7\x95\x8C", "emoji \xF0\x9F\x99\x82 ok",
+                                    "Hello World! I'm here, you're there; it's done.\nNext line.", ""};
+  if (!sentencepiece) texts.push_back("  two  spaces\tand a tab\n\n  new lines   ");
+  for (const std::string& text : texts) {
+    const std::vector<int> a = expected->encode(text, true), b = got->encode(text, true);
+    if (a != b) {
+      std::string as, bs;
+      for (int id : a) as += cat(as.empty() ? "" : " ", id);
+      for (int id : b) bs += cat(bs.empty() ? "" : " ", id);
+      fail("quantize: the GGUF vocabulary written to ", gguf.string(), " tokenizes \"", text, "\" as [", bs,
+           "] but the source's tokenizer gives [", as, "]; not writing a file whose tokenizer differs");
+    }
+  }
+}
+
 Source from_model(const fs::path& path) {
   auto model = std::make_shared<LoadedModel>(load_model(path));
   const ModelConfig& c = model->config;
@@ -180,13 +325,24 @@ Source from_model(const fs::path& path) {
   w.set("llama.vocab_size", gguf_u32(uint32_t(c.vocab_size)));
 
   const fs::path dir = fs::is_directory(path) ? path : path.parent_path();
+  // tokenizer.json when it is byte-level BPE (load_tokenizer prefers it too), else tokenizer.model
   std::optional<fs::path> sentencepiece;
   for (const FileRole& f : model->files)
     if (f.role == "tokenizer" && f.path.extension() == ".model") sentencepiece = f.path;
-  if (sentencepiece) add_sentencepiece_vocab(w, *sentencepiece, c, dir);
-  else if (fs::is_regular_file(dir / "tokenizer.json"))
-    fail(where, ": its tokenizer is a tokenizer.json; journey writes GGUF vocabularies from SentencePiece tokenizer.model only (yet)");
-  else s.notes.push_back("no tokenizer.model found: the GGUF file has no vocabulary");
+  const fs::path tokenizer_json = dir / "tokenizer.json";
+  bool byte_level_json = false;
+  if (fs::is_regular_file(tokenizer_json)) {
+    std::ifstream in(tokenizer_json);
+    const nlohmann::json root = nlohmann::json::parse(in, nullptr, false);
+    byte_level_json = root.is_object() && root.contains("pre_tokenizer") && root["pre_tokenizer"].dump().find("\"ByteLevel\"") != std::string::npos;
+  }
+  if (byte_level_json) add_bpe_vocab(w, tokenizer_json, c, dir);
+  else if (sentencepiece) add_sentencepiece_vocab(w, *sentencepiece, c, dir);
+  else if (fs::is_regular_file(tokenizer_json))
+    fail(where, ": its tokenizer.json is not byte-level BPE and there is no tokenizer.model to write a GGUF vocabulary from");
+  else s.notes.push_back("no tokenizer found: the GGUF file has no vocabulary");
+  if (byte_level_json) s.tokenizer_source = tokenizer_json;  // the file converted, to check the conversion
+  else if (sentencepiece) s.tokenizer_source = *sentencepiece;
   if (const std::string tmpl = chat_template_source(dir); !tmpl.empty()) w.set("tokenizer.chat_template", gguf_string(tmpl));
 
   s.facts.num_layers = c.num_layers;
@@ -253,6 +409,7 @@ QuantizeReport quantize_model(const QuantizeOptions& options) {
   source.writer.set("general.file_type", gguf_u32(uint32_t(gguf_file_type_number(recipe->file_type))));
 
   uint64_t weights_done = 0;
+  const int threads = resolve_threads(options.threads);
   source.writer.write(options.output, [&](size_t i, std::vector<std::byte>& out) {
     const SourceTensor& t = source.tensors[i];
     const DType to = source.writer.tensors()[i].dtype;
@@ -262,13 +419,23 @@ QuantizeReport quantize_model(const QuantizeOptions& options) {
     } else {
       const std::vector<float> values = t.to_f32();  // [numel]
       out.resize(size_t(dtype_bytes_for(to, n)));
-      quantize(to, values.data(), out.data(), n);
+      const int64_t row = t.shape.back();
+      quantize_rows(to, values.data(), out.data(), n / row, row, threads);
     }
     report.output_bytes += out.size();
     weights_done += uint64_t(n);
     if (options.on_tensor_done)
       options.on_tensor_done({i, source.tensors.size(), t.name, t.dtype, to, weights_done, report.weights});
   });
+  if (source.tokenizer_source) {
+    try {
+      check_tokenizer(*source.tokenizer_source, options.output, source.tokenizer_source->extension() == ".model");
+    } catch (...) {
+      std::error_code ignored;
+      fs::remove(options.output, ignored);
+      throw;
+    }
+  }
   return report;
 }
 

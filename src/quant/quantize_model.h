@@ -6,9 +6,10 @@
 // (tensor_types.h) and quantized by the reference quantizers (quantize.h). For the legacy types the
 // file is byte-identical to llama.cpp's (tests/quant).
 // From a Hugging Face directory (or a llama2.c checkpoint), the llama metadata, the tokenizer
-// (SentencePiece tokenizer.model -> tokenizer.ggml.*) and the chat template are written the way
-// llama.cpp's convert_hf_to_gguf.py writes them, Q/K rows are put back in Meta's interleaved RoPE
-// order, and the tensors go through the same rules.
+// (byte-level BPE tokenizer.json -> "gpt2", SentencePiece tokenizer.model -> "llama") and the chat
+// template are written the way llama.cpp's convert_hf_to_gguf.py writes them, Q/K rows are put back
+// in Meta's interleaved RoPE order, and the tensors go through the same rules. The written
+// vocabulary must tokenize sample texts exactly like the source's tokenizer, or no file is kept.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -34,6 +35,7 @@ struct QuantizeOptions {
   std::string type;               // a recipe name (tensor_types.h): q8_0, q4_k_m, ...
   bool pure = false;              // every quantizable matrix gets the base type (llama-quantize --pure)
   bool allow_requantize = false;  // quantize tensors that already are (precision is lost twice)
+  int threads = 0;                // rows of a tensor are quantized in parallel; 0 = every core (core/threads.h)
   std::function<void(const QuantizeProgress&)> on_tensor_done;  // after each tensor, for a progress bar
 };
 

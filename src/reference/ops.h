@@ -1,22 +1,25 @@
-// The operations of a decoder-only transformer, one plain function each, as the CPU reference
-// computes them. Every tensor is a row-major f32 array whose shape is written beside it; the CUDA
-// path (src/cuda) has a kernel of the same name with the same arguments in the same order, and the
-// tests run both against the scalar loops in tests/reference/scalar_ops.h.
+// The reference ops: the operations of a decoder-only transformer, one short function each, in
+// f32, as a learner would check them by hand. Eigen does the vector arithmetic (a dot product, a
+// matrix product) so the code reads like the formula; there are no threads, no kernels of our own,
+// no buffers of our own. Every other backend has an op of the same name with the same arguments in
+// the same order (cpu/ops.h, cuda/kernels.h; theirs end with an execution context: threads or a
+// CUDA stream) and is tested against these on random inputs (tests/backends).
 //
-// Shape letters: T = tokens in this step, P = positions attended (start + T), E = hidden size,
-// H = query heads, KVH = key/value heads, D = head_dim, F = FFN size, V = vocab, R = rows.
+// Every tensor is a row-major f32 array whose shape is written beside it. Shape letters:
+// T = tokens in this step, P = positions attended (start + T), E = hidden size, H = query heads,
+// KVH = key/value heads, D = head_dim, F = FFN size, V = vocabulary, R = rows, N = row length.
 #pragma once
 #include <cstdint>
-#include <span>
 
 #include "core/config.h"
 
-namespace journey::ops {
+namespace journey::reference {
 
-// out[t, :] = table[tokens[t], :]. Token ids must already be checked against V.
-void embedding_gather(float* out,            // [T, E]
-                      const float* table,    // [V, E]
-                      const int32_t* tokens, // [T]
+// out[t, :] = table[tokens[t], :]: one row of the table per token. Also gathers the rows of a
+// hidden state that get logits (table = the final norm's output, tokens = row numbers).
+void embedding_gather(float* out,             // [T, E]
+                      const float* table,     // [V, E]
+                      const int32_t* tokens,  // [T] ids in [0, V)
                       int64_t T, int64_t E);
 
 // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight. out may alias x.
@@ -26,40 +29,22 @@ void rms_norm(float* out,           // [R, N]
               int64_t R, int64_t N, float eps);
 
 // Rotary position embedding, in place, on x = [T, heads, D]; token t sits at positions[t].
-// The angle of pair i is positions[t] * theta^(-2i/D), computed in f32 as Hugging Face does.
-//   HalfSplit:   pairs (i, i + D/2)  — HF rotate_half
-//   Interleaved: pairs (2i, 2i + 1)  — Meta / llama2.c
+// Pair i of a head turns by the angle positions[t] * theta^(-2i/D) (in f32, as Hugging Face does):
+//   HalfSplit:   pairs (i, i + D/2)  — HF's rotate_half
+//   Interleaved: pairs (2i, 2i + 1)  — Meta / llama2.c / GGUF
 void rope(float* x,                  // [T, heads, D]
           const int64_t* positions,  // [T]
           int64_t T, int64_t heads, int64_t D, double theta, RopeLayout layout);
 
-// y = x W^T (+ bias): the Linear layer of PyTorch with W stored [out, in] row-major.
-// The output rows are split across `threads` threads, so the weights are read once per call
-// whether T is 1 (decode: a matrix-vector product) or large (prefill: matrix-matrix).
+// y = x W^T (+ bias): PyTorch's Linear, with W stored [out, in] row-major.
 void linear(float* y,             // [T, out]
             const float* x,       // [T, in]
             const float* weight,  // [out, in]
             const float* bias,    // [out] or nullptr
-            int64_t T, int64_t in, int64_t out, int threads);
+            int64_t T, int64_t in, int64_t out);
 
-// One product of linear_shared_input: y = x W^T (+ bias).
-struct LinearTarget {
-  float* y;             // [T, out]
-  const float* weight;  // [out, in]
-  const float* bias;    // [out] or nullptr
-  int64_t out;
-};
-
-// Several products of the same input in ONE parallel region (q, k and v of a layer; gate and
-// up): each thread computes its block of rows of every product in turn, so the threads meet once
-// per group instead of once per product. A decode step is ~150 products that each take about a
-// millisecond; every meeting waits for the slower thread (and, with sleeping OpenMP waits, wakes
-// the other one). The result is exactly that of one linear() per target.
-void linear_shared_input(const float* x,  // [T, in]
-                         int64_t T, int64_t in, std::span<const LinearTarget> targets, int threads);
-
-// In place over each row: x = softmax(x). Rows of all -inf are not allowed (the causal mask always
-// leaves at least the token itself).
+// In place over each row: x = exp(x - max) / sum(exp(x - max)). -inf entries become exactly 0;
+// a row must hold at least one finite value (the causal mask always leaves the token itself).
 void softmax(float* x,  // [R, N]
              int64_t R, int64_t N);
 
@@ -70,30 +55,33 @@ void swiglu(float* out,         // [n]
             int64_t n);
 
 // out = a + b. out may alias a.
-void residual_add(float* out, const float* a, const float* b, int64_t n);  // [n] each
+void residual_add(float* out,      // [n]
+                  const float* a,  // [n]
+                  const float* b,  // [n]
+                  int64_t n);
 
-// Causal grouped-query attention for one sequence whose K/V are contiguous:
-// query t sits at position start + t and attends positions [0, start + t]; query head h reads
-// kv head h / (H / KVH). Scores are q.k / sqrt(D).
-// scores_out / weights_out are optional copies for tracing ([H, T, P], -inf where masked).
-void attention(float* context,       // [T, H * D]
-               const float* q,       // [T, H, D]
-               const float* k,       // [P, KVH, D]
-               const float* v,       // [P, KVH, D]
+// Causal grouped-query attention for one sequence whose K/V are contiguous: query t sits at
+// position start + t and attends positions [0, start + t]; query head h reads KV head h / (H / KVH).
+// scores = q.k / sqrt(D); weights = softmax(scores); context = sum of weights * v.
+// scores_out / weights_out are optional copies for tracing (-inf / 0 where masked).
+void attention(float* context,     // [T, H * D]
+               const float* q,     // [T, H, D]
+               const float* k,     // [P, KVH, D]
+               const float* v,     // [P, KVH, D]
                int64_t T, int64_t start, int64_t H, int64_t KVH, int64_t D,
-               float* scores_out,    // [H, T, P] or nullptr
-               float* weights_out,   // [H, T, P] or nullptr
-               int threads);
+               float* scores_out,  // [H, T, P] or nullptr
+               float* weights_out  // [H, T, P] or nullptr
+);
 
-// The KV pool of one layer: num_blocks blocks of block_size slots, each slot [KVH, D].
-// Position p of a sequence lives in slot block_table[p / block_size] * block_size + p % block_size.
+// The KV pool of one layer: num_blocks blocks of block_size slots, each slot [KVH, D]. Position p
+// of a sequence lives in slot block_table[p / block_size] * block_size + p % block_size.
 
 // Write the k/v rows of T tokens at positions [start, start + T) into their slots.
-void kv_cache_write(float* k_pool,              // [num_blocks, block_size, KVH, D]
-                    float* v_pool,              // [num_blocks, block_size, KVH, D]
-                    const float* k,             // [T, KVH, D]
-                    const float* v,             // [T, KVH, D]
-                    const int32_t* block_table, // [ceil((start + T) / block_size)]
+void kv_cache_write(float* k_pool,               // [num_blocks, block_size, KVH, D]
+                    float* v_pool,               // [num_blocks, block_size, KVH, D]
+                    const float* k,              // [T, KVH, D]
+                    const float* v,              // [T, KVH, D]
+                    const int32_t* block_table,  // [ceil((start + T) / block_size)]
                     int64_t T, int64_t start, int64_t block_size, int64_t KVH, int64_t D);
 
 // attention() with K/V read from the pool through the block table.
@@ -104,7 +92,7 @@ void paged_attention(float* context,              // [T, H * D]
                      const int32_t* block_table,  // [ceil(P / block_size)]
                      int64_t T, int64_t start, int64_t block_size, int64_t H, int64_t KVH, int64_t D,
                      float* scores_out,           // [H, T, P] or nullptr
-                     float* weights_out,          // [H, T, P] or nullptr
-                     int threads);
+                     float* weights_out           // [H, T, P] or nullptr
+);
 
-}  // namespace journey::ops
+}  // namespace journey::reference

@@ -1,8 +1,10 @@
 #include "sampling/sampler.h"
 
 #include <cmath>
+#include <limits>
 #include <random>
 
+#include "core/error.h"
 #include "sampling/processors.h"
 #include "trace/sink.h"
 
@@ -79,6 +81,31 @@ SampledToken Sampler::sample(std::span<const float> logits, TraceSink* sink) {
 
   seen_.insert(chosen.id);
   ++output_counts_[chosen.id];
+  return chosen;
+}
+
+bool Sampler::can_draw_on_device() const {
+  return params_.repetition_penalty == 1.0 && params_.frequency_penalty == 0.0 && params_.presence_penalty == 0.0 &&
+         params_.min_p == 0.0 && params_.logprobs == 0;
+}
+
+DeviceSampling Sampler::device_draw() {
+  if (!can_draw_on_device())
+    fail("this request cannot be sampled on the device: it uses penalties, min-p or logprobs");
+  DeviceSampling d;
+  d.temperature = params_.temperature;
+  d.top_k = params_.top_k > 0 ? params_.top_k : 0;
+  d.top_p = params_.top_p;
+  d.u = params_.greedy() ? 0.0f : rng_.next_float();  // the host path draws exactly one number per sampled token
+  return d;
+}
+
+SampledToken Sampler::accept_device_draw(int32_t id) {
+  SampledToken chosen;
+  chosen.id = id;
+  chosen.prob = chosen.logprob = std::numeric_limits<float>::quiet_NaN();
+  seen_.insert(id);
+  ++output_counts_[id];
   return chosen;
 }
 

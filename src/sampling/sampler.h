@@ -8,6 +8,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "backend/device_sampling.h"
 #include "sampling/params.h"
 #include "sampling/rng.h"
 
@@ -37,6 +38,16 @@ class Sampler {
   // Pick the next token from one row of logits [V] and remember it as output. When a sink wants
   // them, the intermediate distributions are recorded (Stage::probs_penalized ... probs_min_p).
   SampledToken sample(std::span<const float> logits, TraceSink* sink = nullptr);
+
+  // Drawing on the backend's device (Backend::forward_sample) applies temperature, top-k and top-p
+  // only. A sequence can be drawn there when it asks for nothing else: no penalties, no min-p, no
+  // logprobs. device_draw() gives the parameters of its next draw, with the uniform number this
+  // sampler would have drawn on the host (greedy draws none), so a seed picks the same token on
+  // either side; accept_device_draw() then records the drawn id as output. The returned token's
+  // prob and logprob are NaN: its distribution stayed on the device.
+  bool can_draw_on_device() const;
+  DeviceSampling device_draw();
+  SampledToken accept_device_draw(int32_t id);
 
   const SamplingParams& params() const { return params_; }
   uint64_t seed() const { return seed_; }  // the seed in use (drawn from the OS if none was given)

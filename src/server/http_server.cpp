@@ -84,8 +84,7 @@ struct Server {
   std::atomic<bool> ready{false};
   ServingParts parts;
   ModelContext ctx;
-  std::string model_hash;        // model_fingerprint, for trace manifests
-  nlohmann::json model_config;   // the config fields a trace manifest names
+  ManifestModel traced_model;  // the model entry of traced requests' manifests
   std::unique_ptr<EngineLoop> loop;
 
   explicit Server(const ServerOptions& o) : options(o), limiter(o.rate_limit_per_minute) {}
@@ -192,16 +191,13 @@ std::string Server::start_trace(const std::string& id, ApiRequest& api) {
   Manifest& m = sink->manifest();
   m.generated_by_tool = "journey serve";
   m.generated_by_command = api.chat ? "POST /v1/chat/completions" : "POST /v1/completions";
-  m.model.path = parts.model_path;
-  m.model.architecture = model_config.value("architecture", "");
-  m.model.config = model_config;
-  m.model.hash = model_hash;
+  m.model = traced_model;
   m.prompt = api.prompt_text;
   m.template_text = api.template_text;
   for (int32_t t : r.prompt) m.tokens.push_back({t, t < ctx.tokenizer->vocab_size() ? ctx.tokenizer->piece(t) : ""});
   const SamplingParams& p = r.params;
   m.settings = {{"backend", parts.backend->name()},
-                {"dtype", "float32"},
+                {"dtype", std::string(dtype_name(parts.backend->weight_dtype()))},
                 {"request_id", id},
                 {"endpoint", api.chat ? "chat" : "completions"},
                 {"sampling",
@@ -504,12 +500,7 @@ void run_server(const ServerOptions& options, std::function<void(ServingParts&)>
       state.ctx.max_model_len = engine->max_model_len();
       state.ctx.eos_ids = state.parts.engine_config.eos_token_ids;
       if (!options.trace_dir.empty()) {
-        const ModelConfig& c = state.parts.backend->config();
-        state.model_config = {{"architecture", c.architecture}, {"hidden_size", c.hidden_size},
-                              {"num_hidden_layers", c.num_layers}, {"num_attention_heads", c.num_heads},
-                              {"num_key_value_heads", c.num_kv_heads}, {"head_dim", c.head_dim},
-                              {"vocab_size", c.vocab_size}, {"max_position_embeddings", c.max_position_embeddings}};
-        state.model_hash = model_fingerprint(state.parts.model_path);
+        state.traced_model = manifest_model(state.parts.model_path, state.parts.backend->config());
         std::fprintf(stderr, "journey serve: requests with \"journey_trace\": true dump to %s/<id>/\n",
                      options.trace_dir.c_str());
       }

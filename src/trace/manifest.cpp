@@ -219,4 +219,27 @@ std::string model_fingerprint(const std::filesystem::path& model_path) {
   return "sha256:" + sha256_hex(material);
 }
 
+ManifestModel manifest_model(const std::filesystem::path& path, const ModelConfig& c) {
+  ManifestModel m;
+  m.path = path.string();
+  m.architecture = c.architecture;
+  m.config = {{"architecture", c.architecture},
+              {"hidden_size", c.hidden_size},
+              {"intermediate_size", c.intermediate_size},
+              {"num_hidden_layers", c.num_layers},
+              {"num_attention_heads", c.num_heads},
+              {"num_key_value_heads", c.num_kv_heads},
+              {"head_dim", c.head_dim},
+              {"vocab_size", c.vocab_size},
+              {"max_position_embeddings", c.max_position_embeddings},
+              {"rope_theta", c.rope_theta},
+              {"rms_norm_eps", c.rms_norm_eps},
+              {"tie_word_embeddings", c.tie_word_embeddings},
+              {"attention_bias", c.attention_bias},
+              {"qk_norm", c.qk_norm},
+              {"rope_layout", c.rope_layout == RopeLayout::HalfSplit ? "half_split" : "interleaved"}};
+  m.hash = model_fingerprint(path);
+  return m;
+}
+
 }  // namespace journey

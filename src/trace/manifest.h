@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/config.h"
+
 namespace journey {
 
 inline constexpr const char* kTraceFormat = "journey-trace";
@@ -98,5 +100,10 @@ Manifest read_manifest(const std::filesystem::path& path);
 // a single file (llama2.c, GGUF) the line for that file replaces config.json. tools/trace/reference.py
 // computes the same value.
 std::string model_fingerprint(const std::filesystem::path& model_path);
+
+// The manifest's model entry for the model at `path` with this config: the path, the architecture,
+// the config fields the forward pass depends on, and model_fingerprint(path). The one writer of
+// that entry, for `journey trace` and for requests traced by `journey serve`.
+ManifestModel manifest_model(const std::filesystem::path& path, const ModelConfig& config);
 
 }  // namespace journey

@@ -5,6 +5,7 @@
 #include "assets/hf_config.h"
 #include "assets/inspect.h"
 #include "assets/model.h"
+#include "core/model_weights.h"
 #include "assets/safetensors.h"
 #include "core/error.h"
 #include "test_util.h"
@@ -66,18 +67,18 @@ TEST_CASE("hf config: qwen2 and qwen3 map to biases, q/k norm and explicit head_
   CHECK(q3.q_dim() == 2048);
   CHECK(q3.rope_layout == RopeLayout::HalfSplit);
 
-  const auto expected = expected_tensors(q3);
+  const auto expected = model_weights(q3);
   auto find = [&](const std::string& n) {
     for (const auto& e : expected) if (e.name == n) return e;
     FAIL("no expected tensor " << n);
-    return ExpectedTensor{};
+    return WeightSpec{};
   };
   CHECK(find("model.layers.27.self_attn.q_proj.weight").shape == std::vector<int64_t>{2048, 1024});
   CHECK(find("model.layers.0.self_attn.o_proj.weight").shape == std::vector<int64_t>{1024, 2048});
   CHECK(find("model.layers.0.self_attn.k_norm.weight").shape == std::vector<int64_t>{128});
   CHECK(find("lm_head.weight").optional);
-  const auto e2 = expected_tensors(q2);
-  CHECK(std::any_of(e2.begin(), e2.end(), [](const ExpectedTensor& e) { return e.name == "model.layers.3.self_attn.v_proj.bias" && e.shape == std::vector<int64_t>{128}; }));
+  const auto e2 = model_weights(q2);
+  CHECK(std::any_of(e2.begin(), e2.end(), [](const WeightSpec& e) { return e.name == "model.layers.3.self_attn.v_proj.bias" && e.shape == std::vector<int64_t>{128}; }));
 
   json mistral = qwen25_config();
   mistral["model_type"] = "mistral";

@@ -20,9 +20,9 @@
 
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
+#include "cpu/bench.h"
 #include "cuda/kernels.h"
 #include "engine/llm_engine.h"
-#include "reference/bench.h"
 
 using namespace journey;
 using Clock = std::chrono::steady_clock;

@@ -15,7 +15,7 @@
 
 #include "assets/model.h"
 #include "cuda_test_util.h"
-#include "reference/cpu_backend.h"
+#include "cpu/cpu_backend.h"
 #include "sampling/processors.h"
 #include "trace/memory_sink.h"
 

@@ -1,4 +1,4 @@
-// Every CUDA kernel against the reference op of the same name (reference/ops.h), in the manner of
+// Every CUDA kernel against the reference op of the same name (reference/ops.h, namespace reference), in the manner of
 // llama.cpp's test-backend-ops: random inputs, odd sizes (so no kernel gets away with assuming a
 // multiple of 32 or of the vector width), NMSE against the reference with a tolerance per weight
 // type, and sentinels around every output. The reference ops are themselves tested against scalar
@@ -64,7 +64,7 @@ TEST_CASE("embedding_gather widens rows of an f32, bf16 and f16 table exactly") 
     CAPTURE(dtype_name(type));
     TestMatrix table = make_matrix(random_vector(size_t(V * E), 1), type);
     std::vector<float> expected(size_t(T * E));
-    ops::embedding_gather(expected.data(), table.reference.data(), tokens.data(), T, E);
+    reference::embedding_gather(expected.data(), table.reference.data(), tokens.data(), T, E);
     DeviceArray<int32_t> d_tokens(tokens);
     DeviceArray<float> out(size_t(T * E));
     cuda::embedding_gather(out.get(), table.view(), d_tokens.get(), T, E, nullptr);
@@ -80,7 +80,7 @@ TEST_CASE("rms_norm matches the reference, also in place") {
     CAPTURE(N);
     std::vector<float> x = random_vector(size_t(R * N), 2, 3.0f), w = random_vector(size_t(N), 3, 0.1f, 1.0f);
     std::vector<float> expected(x.size());
-    ops::rms_norm(expected.data(), x.data(), w.data(), R, N, 1e-5f);
+    reference::rms_norm(expected.data(), x.data(), w.data(), R, N, 1e-5f);
     DeviceArray<float> d_x(x), d_w(w), out(x.size());
     cuda::rms_norm(out.get(), d_x.get(), d_w.get(), R, N, 1e-5f, nullptr);
     CHECK(nmse(out.download(), expected) < kReordered);
@@ -101,7 +101,7 @@ TEST_CASE("rope matches the reference in both layouts at large positions") {
       CAPTURE(theta);
       std::vector<float> x = random_vector(size_t(T * heads * D), 4);
       std::vector<float> expected = x;
-      ops::rope(expected.data(), positions.data(), T, heads, D, theta, layout);
+      reference::rope(expected.data(), positions.data(), T, heads, D, theta, layout);
       DeviceArray<float> d_x(x);
       DeviceArray<int64_t> d_pos(positions);
       cuda::rope(d_x.get(), d_pos.get(), T, heads, D, theta, layout, nullptr);
@@ -131,7 +131,7 @@ TEST_CASE("linear: cuBLAS (T > 1) and every GEMV version (T = 1) in f32, bf16 an
           CAPTURE(T);
           std::vector<float> x = random_vector(size_t(T * in), 7);
           std::vector<float> expected(size_t(T * out));
-          ops::linear(expected.data(), x.data(), w.reference.data(), with_bias ? bias.data() : nullptr, T, in, out, 1);
+          reference::linear(expected.data(), x.data(), w.reference.data(), with_bias ? bias.data() : nullptr, T, in, out);
           DeviceArray<float> d_x(x), y(size_t(T * out));
           DeviceArray<uint16_t> scratch(size_t(T * in));
           cuda::LinearContext context;
@@ -166,7 +166,7 @@ TEST_CASE("softmax, swiglu, residual_add and the fused residual_add_rms_norm") {
   std::vector<float> x = random_vector(size_t(R * N), 8, 4.0f);
   {
     std::vector<float> expected = x;
-    ops::softmax(expected.data(), R, N);
+    reference::softmax(expected.data(), R, N);
     DeviceArray<float> d_x(x);
     cuda::softmax(d_x.get(), R, N, nullptr);
     CHECK(nmse(d_x.download(), expected) < kReordered);
@@ -176,7 +176,7 @@ TEST_CASE("softmax, swiglu, residual_add and the fused residual_add_rms_norm") {
   std::vector<float> a = random_vector(size_t(n), 9), b = random_vector(size_t(n), 10);
   {
     std::vector<float> expected(static_cast<size_t>(n));
-    ops::swiglu(expected.data(), a.data(), b.data(), n);
+    reference::swiglu(expected.data(), a.data(), b.data(), n);
     DeviceArray<float> d_a(a), d_b(b), out(static_cast<size_t>(n));
     cuda::swiglu(out.get(), d_a.get(), d_b.get(), n, nullptr);
     CHECK(nmse(out.download(), expected) < kExact);
@@ -184,7 +184,7 @@ TEST_CASE("softmax, swiglu, residual_add and the fused residual_add_rms_norm") {
   }
   {
     std::vector<float> expected(static_cast<size_t>(n));
-    ops::residual_add(expected.data(), a.data(), b.data(), n);
+    reference::residual_add(expected.data(), a.data(), b.data(), n);
     DeviceArray<float> d_a(a), d_b(b);
     cuda::residual_add(d_a.get(), d_a.get(), d_b.get(), n, nullptr);  // out aliases a, as in the forward pass
     CHECK(d_a.download() == expected);
@@ -193,8 +193,8 @@ TEST_CASE("softmax, swiglu, residual_add and the fused residual_add_rms_norm") {
   {
     std::vector<float> w = random_vector(size_t(N), 11, 0.1f, 1.0f);
     std::vector<float> sum(static_cast<size_t>(n)), expected(static_cast<size_t>(n));
-    ops::residual_add(sum.data(), a.data(), b.data(), n);
-    ops::rms_norm(expected.data(), sum.data(), w.data(), R, N, 1e-6f);
+    reference::residual_add(sum.data(), a.data(), b.data(), n);
+    reference::rms_norm(expected.data(), sum.data(), w.data(), R, N, 1e-6f);
     DeviceArray<float> d_x(a), d_b(b), d_w(w), out(static_cast<size_t>(n));
     cuda::residual_add_rms_norm(d_x.get(), out.get(), d_b.get(), d_w.get(), R, N, 1e-6f, nullptr);
     CHECK(d_x.download() == sum);
@@ -214,7 +214,7 @@ TEST_CASE("attention: causal GQA with history, scores and weights for the trace"
     std::vector<float> q = random_vector(size_t(T * H * D), 12), k = random_vector(size_t(P * KVH * D), 13),
                        v = random_vector(size_t(P * KVH * D), 14);
     std::vector<float> ctx(size_t(T * H * D)), scores(size_t(H * T * P)), weights(size_t(H * T * P));
-    ops::attention(ctx.data(), q.data(), k.data(), v.data(), T, start, H, KVH, D, scores.data(), weights.data(), 1);
+    reference::attention(ctx.data(), q.data(), k.data(), v.data(), T, start, H, KVH, D, scores.data(), weights.data());
     DeviceArray<float> d_q(q), d_k(k), d_v(v), d_ctx(ctx.size()), d_scores(scores.size()), d_weights(weights.size());
     cuda::attention(d_ctx.get(), d_q.get(), d_k.get(), d_v.get(), T, start, H, KVH, D, d_scores.get(), d_weights.get(),
                     nullptr);
@@ -242,7 +242,7 @@ TEST_CASE("kv_cache_write and paged_attention through a shuffled block table") {
     const int64_t P = start + T;
     std::vector<float> k = random_vector(size_t(T * KVH * D), 17 + uint32_t(T)), v = random_vector(size_t(T * KVH * D), 19);
     std::vector<float> q = random_vector(size_t(T * H * D), 21);
-    ops::kv_cache_write(k_pool.data(), v_pool.data(), k.data(), v.data(), table.data(), T, start, block_size, KVH, D);
+    reference::kv_cache_write(k_pool.data(), v_pool.data(), k.data(), v.data(), table.data(), T, start, block_size, KVH, D);
     DeviceArray<float> d_k(k), d_v(v), d_q(q);
     cuda::kv_cache_write(d_k_pool.get(), d_v_pool.get(), d_k.get(), d_v.get(), d_table.get(), T, start, block_size, KVH,
                          D, nullptr);
@@ -250,8 +250,8 @@ TEST_CASE("kv_cache_write and paged_attention through a shuffled block table") {
     CHECK(d_v_pool.download() == v_pool);
     CHECK(d_k_pool.sentinels_intact());
     std::vector<float> ctx(size_t(T * H * D)), weights(size_t(H * T * P));
-    ops::paged_attention(ctx.data(), q.data(), k_pool.data(), v_pool.data(), table.data(), T, start, block_size, H, KVH,
-                         D, nullptr, weights.data(), 1);
+    reference::paged_attention(ctx.data(), q.data(), k_pool.data(), v_pool.data(), table.data(), T, start, block_size, H, KVH,
+                         D, nullptr, weights.data());
     DeviceArray<float> d_ctx(ctx.size()), d_weights(weights.size());
     cuda::paged_attention(d_ctx.get(), d_q.get(), d_k_pool.get(), d_v_pool.get(), d_table.get(), T, start, block_size,
                           H, KVH, D, nullptr, d_weights.get(), nullptr);
@@ -374,8 +374,8 @@ TEST_CASE("linear_shared_input: one launch over q/k/v-like targets equals one li
             bias_values.push_back(random_vector(size_t(outs[t]), 40 + uint32_t(t)));
             const bool with_bias = t != 1;  // a target without bias among two with
             expected.emplace_back(size_t(T * outs[t]));
-            ops::linear(expected.back().data(), x.data(), w.back().reference.data(),
-                        with_bias ? bias_values.back().data() : nullptr, T, in, outs[t], 1);
+            reference::linear(expected.back().data(), x.data(), w.back().reference.data(),
+                        with_bias ? bias_values.back().data() : nullptr, T, in, outs[t]);
             ys.push_back(std::make_unique<DeviceArray<float>>(size_t(T * outs[t])));
             biases.push_back(std::make_unique<DeviceArray<float>>(bias_values.back()));
           }
@@ -423,7 +423,7 @@ TEST_CASE("fused GEMVs equal the unfused kernels they replace, and the reference
         const std::vector<float> x = random_vector(static_cast<size_t>(E), 50, 2.0f), norm = random_vector(static_cast<size_t>(E), 51, 0.1f, 1.0f);
         DeviceArray<float> d_x(x), d_norm(norm);
         std::vector<float> xn(static_cast<size_t>(E));  // the reference's normalized input
-        ops::rms_norm(xn.data(), x.data(), norm.data(), 1, E, eps);
+        reference::rms_norm(xn.data(), x.data(), norm.data(), 1, E, eps);
         DeviceArray<float> d_xn(static_cast<size_t>(E));
         cuda::rms_norm(d_xn.get(), d_x.get(), d_norm.get(), 1, E, eps, nullptr);
 
@@ -436,7 +436,7 @@ TEST_CASE("fused GEMVs equal the unfused kernels they replace, and the reference
         cuda::rms_norm_linear_shared_input(d_x.get(), d_norm.get(), eps, E, fused_targets, context);
         cuda::linear_shared_input(d_xn.get(), 1, E, plain_targets, context);
         std::vector<float> q_ref(static_cast<size_t>(F));
-        ops::linear(q_ref.data(), xn.data(), wq.reference.data(), nullptr, 1, E, F, 1);
+        reference::linear(q_ref.data(), xn.data(), wq.reference.data(), nullptr, 1, E, F);
         const std::vector<float> q_f = q_fused.download(), q_p = q_plain.download();
         CHECK(nmse(q_f, q_p) < 1e-12);
         CHECK(nmse(k_fused.download(), k_plain.download()) < 1e-12);
@@ -454,9 +454,9 @@ TEST_CASE("fused GEMVs equal the unfused kernels they replace, and the reference
         cuda::linear_shared_input(d_xn.get(), 1, E, gate_up, context);
         cuda::swiglu(act_plain.get(), gate.get(), up.get(), F, nullptr);
         std::vector<float> g_ref(static_cast<size_t>(F)), u_ref(static_cast<size_t>(F)), act_ref(static_cast<size_t>(F));
-        ops::linear(g_ref.data(), xn.data(), wg.reference.data(), nullptr, 1, E, F, 1);
-        ops::linear(u_ref.data(), xn.data(), wu.reference.data(), nullptr, 1, E, F, 1);
-        ops::swiglu(act_ref.data(), g_ref.data(), u_ref.data(), F);
+        reference::linear(g_ref.data(), xn.data(), wg.reference.data(), nullptr, 1, E, F);
+        reference::linear(u_ref.data(), xn.data(), wu.reference.data(), nullptr, 1, E, F);
+        reference::swiglu(act_ref.data(), g_ref.data(), u_ref.data(), F);
         CHECK(nmse(act_fused.download(), act_plain.download()) < 1e-12);
         CHECK(nmse(act_fused.download(), act_ref) < kReordered);
         CHECK(act_fused.sentinels_intact());
@@ -469,8 +469,8 @@ TEST_CASE("fused GEMVs equal the unfused kernels they replace, and the reference
         cuda::linear(out.get(), d_input.get(), wd.view(), nullptr, 1, F, E, context);
         cuda::residual_add(resid_plain.get(), resid_plain.get(), out.get(), E, nullptr);
         std::vector<float> proj(static_cast<size_t>(E)), resid_ref(static_cast<size_t>(E));
-        ops::linear(proj.data(), input.data(), wd.reference.data(), nullptr, 1, F, E, 1);
-        ops::residual_add(resid_ref.data(), x.data(), proj.data(), E);
+        reference::linear(proj.data(), input.data(), wd.reference.data(), nullptr, 1, F, E);
+        reference::residual_add(resid_ref.data(), x.data(), proj.data(), E);
         CHECK(nmse(resid_fused.download(), resid_plain.download()) < 1e-12);
         CHECK(nmse(resid_fused.download(), resid_ref) < kReordered);
         CHECK(resid_fused.sentinels_intact());
@@ -544,13 +544,13 @@ TEST_CASE("rope_kv_cache_write_decode equals q/k norm, rope and kv_cache_write p
           float* qs = q.data() + s * H * D;
           float* ks = k.data() + s * KVH * D;
           if (qk_norm) {
-            ops::rms_norm(qs, qs, q_norm.data(), H, D, 1e-6f);
-            ops::rms_norm(ks, ks, k_norm.data(), KVH, D, 1e-6f);
+            reference::rms_norm(qs, qs, q_norm.data(), H, D, 1e-6f);
+            reference::rms_norm(ks, ks, k_norm.data(), KVH, D, 1e-6f);
           }
           const int64_t position = batch.positions[static_cast<size_t>(s)];
-          ops::rope(qs, &position, 1, H, D, 1e6, layout);
-          ops::rope(ks, &position, 1, KVH, D, 1e6, layout);
-          ops::kv_cache_write(k_pool.data(), v_pool.data(), ks, v.data() + s * KVH * D, batch.tables[static_cast<size_t>(s)].data(), 1,
+          reference::rope(qs, &position, 1, H, D, 1e6, layout);
+          reference::rope(ks, &position, 1, KVH, D, 1e6, layout);
+          reference::kv_cache_write(k_pool.data(), v_pool.data(), ks, v.data() + s * KVH * D, batch.tables[static_cast<size_t>(s)].data(), 1,
                               position, block_size, KVH, D);
         }
         CHECK(nmse(d_q.download(), q) < 1e-6);  // rope's bound (angles of hundreds of radians)
@@ -577,8 +577,8 @@ TEST_CASE("paged_attention_decode equals paged_attention at T = 1 for every sequ
     std::vector<float> expected(size_t(S * H * D));
     for (int64_t s = 0; s < S; ++s) {
       const int64_t start = batch.positions[static_cast<size_t>(s)];
-      ops::paged_attention(expected.data() + s * H * D, q.data() + s * H * D, k_pool.data(), v_pool.data(),
-                           batch.tables[static_cast<size_t>(s)].data(), 1, start, block_size, H, KVH, D, nullptr, nullptr, 1);
+      reference::paged_attention(expected.data() + s * H * D, q.data() + s * H * D, k_pool.data(), v_pool.data(),
+                           batch.tables[static_cast<size_t>(s)].data(), 1, start, block_size, H, KVH, D, nullptr, nullptr);
     }
     DeviceArray<float> d_q(q), d_k_pool(k_pool), d_v_pool(v_pool), d_ctx(expected.size());
     cuda::paged_attention_decode(d_ctx.get(), d_q.get(), d_k_pool.get(), d_v_pool.get(), batch.view(), block_size, H,
@@ -611,7 +611,7 @@ TEST_CASE("quantized weights: rows, GEMV in every fused form and GEMM against th
     // embedding rows: the same dequantization, bit for bit
     const std::vector<int32_t> tokens = {0, 44, 7, 7, 30};
     std::vector<float> rows(tokens.size() * static_cast<size_t>(in));
-    ops::embedding_gather(rows.data(), W.data(), tokens.data(), int64_t(tokens.size()), in);
+    reference::embedding_gather(rows.data(), W.data(), tokens.data(), int64_t(tokens.size()), in);
     DeviceArray<int32_t> d_tokens(tokens);
     DeviceArray<float> d_rows(rows.size());
     cuda::embedding_gather(d_rows.get(), view, d_tokens.get(), int64_t(tokens.size()), in, nullptr);
@@ -629,7 +629,7 @@ TEST_CASE("quantized weights: rows, GEMV in every fused form and GEMM against th
     for (int64_t t : {int64_t(1), T}) {
       CAPTURE(t);
       std::vector<float> expected(static_cast<size_t>(t * out));
-      ops::linear(expected.data(), x.data(), W.data(), bias.data(), t, in, out, 1);
+      reference::linear(expected.data(), x.data(), W.data(), bias.data(), t, in, out);
       DeviceArray<float> y(expected.size());
       cuda::linear(y.get(), d_x.get(), view, d_bias.get(), t, in, out, context);
       // T = 3: weights and activations rounded to bf16 for the tensor cores
@@ -642,24 +642,24 @@ TEST_CASE("quantized weights: rows, GEMV in every fused form and GEMM against th
     // projection + residual add
     const std::vector<float> norm = random_vector(static_cast<size_t>(in), 84, 0.1f, 1.0f), x1(x.begin(), x.begin() + in);
     std::vector<float> xn(static_cast<size_t>(in));
-    ops::rms_norm(xn.data(), x1.data(), norm.data(), 1, in, 1e-5f);
+    reference::rms_norm(xn.data(), x1.data(), norm.data(), 1, in, 1e-5f);
     DeviceArray<float> d_norm(norm);
     TestMatrix other = make_matrix(random_vector(static_cast<size_t>(9 * in), 85, 0.05f), DType::BF16);
     DeviceArray<float> q(static_cast<size_t>(out)), k(9);
     const cuda::LinearTarget mixed[] = {{q.get(), view, nullptr, out}, {k.get(), other.view(), nullptr, 9}};
     cuda::rms_norm_linear_shared_input(d_x.get(), d_norm.get(), 1e-5f, in, mixed, context);
     std::vector<float> q_ref(static_cast<size_t>(out)), k_ref(9);
-    ops::linear(q_ref.data(), xn.data(), W.data(), nullptr, 1, in, out, 1);
-    ops::linear(k_ref.data(), xn.data(), other.reference.data(), nullptr, 1, in, 9, 1);
+    reference::linear(q_ref.data(), xn.data(), W.data(), nullptr, 1, in, out);
+    reference::linear(k_ref.data(), xn.data(), other.reference.data(), nullptr, 1, in, 9);
     CHECK(nmse(q.download(), q_ref) < kReordered);
     CHECK(nmse(k.download(), k_ref) < kReordered);
 
     DeviceArray<float> act(static_cast<size_t>(out));
     cuda::rms_norm_swiglu(act.get(), d_x.get(), d_norm.get(), 1e-5f, view, view2, in, out, context);
     std::vector<float> gate(static_cast<size_t>(out)), up(static_cast<size_t>(out)), act_ref(static_cast<size_t>(out));
-    ops::linear(gate.data(), xn.data(), W.data(), nullptr, 1, in, out, 1);
-    ops::linear(up.data(), xn.data(), W2.data(), nullptr, 1, in, out, 1);
-    ops::swiglu(act_ref.data(), gate.data(), up.data(), out);
+    reference::linear(gate.data(), xn.data(), W.data(), nullptr, 1, in, out);
+    reference::linear(up.data(), xn.data(), W2.data(), nullptr, 1, in, out);
+    reference::swiglu(act_ref.data(), gate.data(), up.data(), out);
     CHECK(nmse(act.download(), act_ref) < kReordered);
     CHECK(act.sentinels_intact());
 
@@ -667,8 +667,8 @@ TEST_CASE("quantized weights: rows, GEMV in every fused form and GEMM against th
     DeviceArray<float> d_resid(resid);
     cuda::linear_residual_add(d_resid.get(), d_x.get(), view, in, out, context);
     std::vector<float> proj(static_cast<size_t>(out)), resid_ref(static_cast<size_t>(out));
-    ops::linear(proj.data(), x1.data(), W.data(), nullptr, 1, in, out, 1);
-    ops::residual_add(resid_ref.data(), resid.data(), proj.data(), out);
+    reference::linear(proj.data(), x1.data(), W.data(), nullptr, 1, in, out);
+    reference::residual_add(resid_ref.data(), resid.data(), proj.data(), out);
     CHECK(nmse(d_resid.download(), resid_ref) < kReordered);
   }
   cublasDestroy(handle);

@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "engine/generate.h"
 #include "engine/expected.h"
-#include "reference/cpu_backend.h"
+#include "cpu/cpu_backend.h"
 #include "text/tokenizer.h"
 #include "trace/sink.h"
 

@@ -2,13 +2,15 @@
 //
 // Each directory tests/golden/<name>/ is a dump written by tools/trace/reference.py (float64,
 // from the Hugging Face model definitions): the prompt's prefill and a few greedy decode steps.
-// Here the CPU backend runs the same token ids, step by step through its paged KV cache, into a
-// DumpSink, and compare_dumps() must find every stage within its tolerance. On failure the
+// Here each CPU backend (the literal reference and the fast cpu backend) runs the same token ids,
+// step by step through its paged KV cache, into a DumpSink, and compare_dumps() must find every
+// stage within its tolerance. On failure the
 // message is the comparison table with the first diverging stage and its values side by side.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <set>
 
@@ -16,7 +18,8 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "backend/backend.h"
-#include "reference/cpu_backend.h"
+#include "backends/backends_under_test.h"
+#include "cpu/cpu_backend.h"
 #include "trace/compare.h"
 #include "trace/dump_sink.h"
 #include "trace/npy.h"
@@ -49,12 +52,14 @@ LoadedModel with_bf16_matrices(LoadedModel model) {
   return model;
 }
 
-// Run the golden's steps through the CPU backend into a fresh dump directory; returns it.
-fs::path run_engine(const std::string& name, const Manifest& golden, const CpuOptions& options, const std::string& tag,
-                    bool bf16_matrices = false) {
-  LoadedModel model = load_model(kSource / golden.model.path);
-  if (bf16_matrices) model = with_bf16_matrices(std::move(model));
-  auto backend = make_cpu_backend(model, options);
+using BackendFactory = std::function<std::unique_ptr<Backend>(const LoadedModel&)>;
+
+// Run the golden's steps through a backend into a fresh dump directory; returns it. planted: the
+// backend carries a planted bug, so its greedy tokens are not checked.
+fs::path run_engine(const std::string& name, const Manifest& golden, const BackendFactory& make, const std::string& tag,
+                    bool planted = false) {
+  const LoadedModel model = load_model(kSource / golden.model.path);
+  auto backend = make(model);
   // Small blocks and a scrambled block table, so decode steps read their past through the paging.
   const int64_t block_size = 4;
   backend->allocate_kv_cache(8, block_size);
@@ -88,7 +93,7 @@ fs::path run_engine(const std::string& name, const Manifest& golden, const CpuOp
     const ForwardOutput output = backend->forward(batch, &sink);
 
     // Greedy decoding must pick what the reference picked (the golden's next input).
-    if (step.sampled && options.debug_rope_position_offset == 0 && !bf16_matrices) {
+    if (step.sampled && !planted) {
       const float* last = output.last_row(0);
       const int64_t ours = std::max_element(last, last + output.vocab_size) - last;
       CHECK_MESSAGE(ours == step.sampled->id, name, " step ", step.step, ": greedy token ", ours,
@@ -133,11 +138,13 @@ TEST_CASE("golden: each golden is a complete, versioned dump of a model we ship"
   }
 }
 
-TEST_CASE("golden: the CPU backend matches the PyTorch reference at every stage") {
+TEST_CASE("golden: the reference and the fast cpu backend match the PyTorch reference at every stage") {
+  for (const std::string kind : kCpuBackends)
   for (const std::string name : kGoldens) {
-    SUBCASE(name.c_str()) {
+    SUBCASE((kind + " " + name).c_str()) {
       const Manifest golden = read_manifest(golden_dir(name) / "manifest.json");
-      const fs::path ours = run_engine(name, golden, CpuOptions{}, "");
+      const fs::path ours = run_engine(
+          name, golden, [&](const LoadedModel& m) { return make_backend_under_test(kind, m); }, "." + kind);
       const ComparisonResult result = compare_dumps(ours, golden_dir(name));
       const std::string report = format_comparison(result, /*only_failures=*/true);
       CHECK_MESSAGE(result.ok(), name, ":\n", report);
@@ -152,20 +159,30 @@ TEST_CASE("golden: the CPU backend matches the PyTorch reference at every stage"
         worst_abs = std::max(worst_abs, c.max_abs);
       }
       CHECK(compared == golden.tensors.size());
-      MESSAGE(name, ": ", compared, " tensors, worst nmse ", worst_nmse, " (", worst_name, "), worst max_abs ", worst_abs);
+      MESSAGE(kind, " ", name, ": ", compared, " tensors, worst nmse ", worst_nmse, " (", worst_name, "), worst max_abs ", worst_abs);
     }
   }
 }
 
-TEST_CASE("golden: a planted RoPE bug is found at L0.q_rope and nowhere earlier") {
-  // CpuOptions::debug_rope_position_offset rotates q by position + 1; k is left alone. The first
-  // stage that can see it is q_rope of layer 0 in the prefill; everything before must still agree.
+namespace {
+// The planted bug: the fast backend's RoPE pairs dimensions the other layout's way.
+void rope_with_swapped_layout(float* x, const int64_t* positions, int64_t T, int64_t heads, int64_t D, double theta,
+                              RopeLayout layout) {
+  cpu::rope(x, positions, T, heads, D, theta, layout == RopeLayout::HalfSplit ? RopeLayout::Interleaved : RopeLayout::HalfSplit);
+}
+}  // namespace
+
+TEST_CASE("golden: a RoPE bug planted in the fast backend is found at L0.q_rope and nowhere earlier") {
+  // The bug is injected from the test side, through the ops table of the fast backend (CpuOps).
+  // The first stage that can see it is q_rope of layer 0 in the prefill; everything before must agree.
   for (const std::string name : {"stories260K", "tiny-qwen3"}) {
     SUBCASE(name.c_str()) {
       const Manifest golden = read_manifest(golden_dir(name) / "manifest.json");
-      CpuOptions bugged;
-      bugged.debug_rope_position_offset = 1;
-      const fs::path ours = run_engine(name, golden, bugged, ".rope-bug");
+      CpuOps planted;
+      planted.rope = rope_with_swapped_layout;
+      const fs::path ours = run_engine(
+          name, golden, [&](const LoadedModel& m) { return make_cpu_backend(m, CpuOptions{.threads = 2}, planted); },
+          ".rope-bug", /*planted=*/true);
       const ComparisonResult result = compare_dumps(ours, golden_dir(name));
       const TensorComparison* first = result.first();
       REQUIRE_MESSAGE(first != nullptr, "the planted bug went unnoticed:\n", format_comparison(result));
@@ -192,7 +209,11 @@ TEST_CASE("golden: bf16-rounded weights pass the bf16 tolerance profile, and the
   for (const std::string name : kGoldens) {
     SUBCASE(name.c_str()) {
       const Manifest golden = read_manifest(golden_dir(name) / "manifest.json");
-      const fs::path rounded = run_engine(name, golden, CpuOptions{}, ".bf16", /*bf16_matrices=*/true);
+      // (rounded weights are another model: its greedy tokens may differ, so they are not checked)
+      const fs::path rounded = run_engine(
+          name, golden,
+          [](const LoadedModel& m) { return make_cpu_backend(with_bf16_matrices(m), CpuOptions{.threads = 2}); },
+          ".bf16", /*planted=*/true);
       const ComparisonResult strict = compare_dumps(rounded, golden_dir(name));
       CHECK_MESSAGE(!strict.ok(), "bf16-rounded weights should fail the f32 tolerances");
       const ComparisonResult result = compare_dumps(rounded, golden_dir(name), bf16);
@@ -201,9 +222,12 @@ TEST_CASE("golden: bf16-rounded weights pass the bf16 tolerance profile, and the
       for (const auto& c : result.tensors) worst = std::max(worst, c.tolerance.nmse > 0 ? c.nmse / c.tolerance.nmse : 0);
       MESSAGE(name, ": bf16-rounded weights use at most ", worst, " of the bf16 NMSE bound");
 
-      CpuOptions bugged;
-      bugged.debug_rope_position_offset = 1;
-      const fs::path bug = run_engine(name, golden, bugged, ".bf16-rope-bug", /*bf16_matrices=*/true);
+      CpuOps planted;
+      planted.rope = rope_with_swapped_layout;
+      const fs::path bug = run_engine(
+          name, golden,
+          [&](const LoadedModel& m) { return make_cpu_backend(with_bf16_matrices(m), CpuOptions{.threads = 2}, planted); },
+          ".bf16-rope-bug", /*planted=*/true);
       const ComparisonResult found = compare_dumps(bug, golden_dir(name), bf16);
       REQUIRE_MESSAGE(found.first() != nullptr, "the planted bug went unnoticed under the bf16 profile");
       CHECK_MESSAGE(found.first()->name == "L0.q_rope", format_divergence(*found.first()));

@@ -17,6 +17,7 @@
 
 #include "assets/gguf.h"
 #include "assets/model.h"
+#include "assets/safetensors.h"
 #include "core/error.h"
 #include "quant/quantize_model.h"
 #include "quant/tensor_types.h"
@@ -77,6 +78,13 @@ TEST_CASE("journey quantize t105-f32.gguf writes llama.cpp's t105-TYPE.gguf byte
       REQUIRE(r.notes.size() == 1);
       CHECK(r.notes[0] == "output.weight: row length 128 is not a multiple of the q6_K block size 256: q8_0 instead");
     }
+  }
+  // rows are quantized in parallel: the thread count does not change a byte
+  for (int threads : {1, 3}) {
+    QuantizeOptions o = options(quant_data("t105-f32.gguf"), dir / cat("threads-", threads, ".gguf"), "q5_1");
+    o.threads = threads;
+    quantize_model(o);
+    CHECK(sha256_of(dir / cat("threads-", threads, ".gguf")) == expected.at("t105-q5_1.gguf"));
   }
   // and one of them against the stored file itself, not only its hash
   std::ifstream a(dir / "t105-q4_1.gguf", std::ios::binary), b(quant_data("t105-q4_1.gguf"), std::ios::binary);
@@ -230,4 +238,108 @@ TEST_CASE("the journey binary: quantize the shipped stories260K, then generate f
   auto [bad_status, bad_out, bad_err] = run(cat("quantize '", model, "' --type q3_k_xs --out '", (dir / "x.gguf").string(), "'"));
   CHECK(bad_status != 0);
   CHECK(bad_err.find("q3_k_xs") != std::string::npos);
+}
+
+namespace {
+
+// A tiny llama directory that only carries a vocabulary: 1 layer, hidden 16, tied embeddings.
+void write_tiny_llama(const fs::path& hf, int64_t vocab) {
+  std::ofstream(hf / "config.json") << cat(R"({"model_type": "llama", "hidden_size": 16, "intermediate_size": 32,
+    "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": )", vocab,
+    R"(, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": true})");
+  std::vector<std::vector<float>> storage;
+  std::vector<TensorRef> tensors;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    storage.emplace_back(size_t(n));
+    for (size_t i = 0; i < storage.back().size(); ++i) storage.back()[i] = 0.01f * float(int64_t(i * 7919 % 200) - 100);
+    TensorRef t;
+    t.name = name;
+    t.shape = shape;
+    t.data = reinterpret_cast<const std::byte*>(storage.back().data());
+    t.nbytes = size_t(n) * 4;
+    tensors.push_back(t);
+  };
+  add("model.embed_tokens.weight", {vocab, 16});
+  add("model.norm.weight", {16});
+  for (const char* name : {"input_layernorm", "post_attention_layernorm"}) add(cat("model.layers.0.", name, ".weight"), {16});
+  add("model.layers.0.self_attn.q_proj.weight", {16, 16});
+  add("model.layers.0.self_attn.k_proj.weight", {8, 16});
+  add("model.layers.0.self_attn.v_proj.weight", {8, 16});
+  add("model.layers.0.self_attn.o_proj.weight", {16, 16});
+  add("model.layers.0.mlp.gate_proj.weight", {32, 16});
+  add("model.layers.0.mlp.up_proj.weight", {32, 16});
+  add("model.layers.0.mlp.down_proj.weight", {16, 32});
+  write_safetensors(hf / "model.safetensors", tensors);
+}
+
+fs::path hf_tokenizer_dir(const std::string& name) { return fs::path(JOURNEY_BINARY_DIR) / "tests/text/tokenizers/hf" / name; }
+
+}  // namespace
+
+TEST_CASE("a llama directory with a byte-level BPE tokenizer.json (Llama 3's, Qwen2.5's) keeps its tokenizer in GGUF") {
+  struct Case { std::string tokenizer, pre; int64_t vocab; };
+  for (const Case& c : {Case{"llama3-instruct", "llama-bpe", 128256}, Case{"qwen2.5-instruct", "qwen2", 151936}}) {
+    INFO(c.tokenizer);
+    const fs::path dir = quant_scratch("bpe-" + c.tokenizer);
+    const fs::path hf = dir / "model";
+    fs::create_directories(hf);
+    const fs::path tok = hf_tokenizer_dir(c.tokenizer);
+    fs::copy_file(tok / "tokenizer.json", hf / "tokenizer.json");
+    fs::copy_file(tok / "tokenizer_config.json", hf / "tokenizer_config.json");
+    write_tiny_llama(hf, c.vocab);
+
+    // quantize_model itself refuses to write a vocabulary that tokenizes differently (check_tokenizer);
+    // here the comparison is repeated on llama.cpp's 46 tokenizer test strings
+    quantize_model(options(hf, dir / "model.gguf", "q8_0"));
+    const GgufFile g = GgufFile::open(dir / "model.gguf");
+    CHECK(g.get_string("tokenizer.ggml.model") == "gpt2");
+    CHECK(g.get_string("tokenizer.ggml.pre") == c.pre);
+    const auto from_json = load_tokenizer(hf / "tokenizer.json");
+    const auto from_gguf = load_tokenizer(dir / "model.gguf");
+    std::ifstream inp(fs::path(JOURNEY_SOURCE_DIR) / "tests/data/tokenizers/llamacpp-vocab/ggml-vocab-llama-bpe.gguf.inp");
+    const std::string all((std::istreambuf_iterator<char>(inp)), {});
+    const std::string separator = "\n__ggml_vocab_test__\n";
+    int compared = 0;
+    for (size_t at = 0; at < all.size();) {
+      size_t end = all.find(separator, at);
+      if (end == std::string::npos) end = all.size();
+      const std::string text = all.substr(at, end - at);
+      INFO(text);
+      CHECK(from_gguf->encode(text, true) == from_json->encode(text, true));
+      ++compared;
+      at = end + separator.size();
+    }
+    CHECK(compared >= 40);
+  }
+}
+
+TEST_CASE("a vocabulary that would tokenize differently is refused, and no file is left") {
+  // Llama 3's tokenizer.json whose pre-tokenizer no longer lets a word take the space before it:
+  // journey still names it llama-bpe (the digit rule is there), whose regex does, so " World" would
+  // become two pieces on one side and one on the other; the check catches it.
+  const fs::path dir = quant_scratch("bpe-differs");
+  const fs::path hf = dir / "model";
+  fs::create_directories(hf);
+  std::ifstream in(hf_tokenizer_dir("llama3-instruct") / "tokenizer.json");
+  std::string json((std::istreambuf_iterator<char>(in)), {});
+  const std::string rule = R"([^\\r\\n\\p{L}\\p{N}]?)";  // as escaped in the JSON text
+  const size_t at = json.find(rule);
+  REQUIRE(at != std::string::npos);
+  json.erase(at, rule.size());
+  std::ofstream(hf / "tokenizer.json") << json;
+  fs::copy_file(hf_tokenizer_dir("llama3-instruct") / "tokenizer_config.json", hf / "tokenizer_config.json");
+  write_tiny_llama(hf, 128256);
+  const std::string error = [&] {
+    try {
+      quantize_model(options(hf, dir / "model.gguf", "q8_0"));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }();
+  CHECK(error.find("tokenizes \"Once upon a time, there was a little girl named Lily.\" as [") != std::string::npos);
+  CHECK(error.find("but the source's tokenizer gives [") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "model.gguf"));
 }

@@ -1,6 +1,6 @@
 // Logits of a whole model through the CPU reference backend, and how far two sets of logits are apart.
 // Block types are widened to f32 here through TensorRef::to_f32 (quant::dequantize), which is what
-// the reference does at load; doing it before make_cpu_backend keeps these tests independent of
+// the reference does at load; doing it before make_reference_backend keeps these tests independent of
 // which block types a backend's own load check lists.
 #pragma once
 #include <doctest/doctest.h>
@@ -13,7 +13,7 @@
 
 #include "assets/model.h"
 #include "core/error.h"
-#include "reference/cpu_backend.h"
+#include "reference/reference_backend.h"
 
 namespace journey::test {
 
@@ -44,7 +44,7 @@ inline LoadedModel widened_to_f32(const LoadedModel& m) {
 
 // Logits for every position of `tokens` (one prefill step from position 0).
 inline Logits reference_logits(const LoadedModel& model, const std::vector<int32_t>& tokens) {
-  auto backend = make_cpu_backend(widened_to_f32(model), {.threads = 2});
+  auto backend = make_reference_backend(widened_to_f32(model));
   const int64_t block_size = 16, blocks = (int64_t(tokens.size()) + block_size - 1) / block_size;
   backend->allocate_kv_cache(blocks, block_size);
   SequenceInput s;

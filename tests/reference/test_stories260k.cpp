@@ -9,7 +9,7 @@
 #include <numeric>
 
 #include "assets/model.h"
-#include "reference/cpu_backend.h"
+#include "reference/reference_backend.h"
 
 using namespace journey;
 
@@ -17,7 +17,7 @@ namespace {
 
 std::vector<int32_t> greedy_from_bos(const std::string& path, int steps) {
   LoadedModel model = load_model(path);
-  auto backend = make_cpu_backend(model, {.threads = 2});
+  auto backend = make_reference_backend(model);
   backend->allocate_kv_cache(8, 4);
   std::vector<int32_t> table(8);
   std::iota(table.begin(), table.end(), 0);
@@ -52,7 +52,7 @@ TEST_CASE("stories260K (original llama2.c checkpoint, interleaved RoPE) gives th
 
 TEST_CASE("stories260K: prefill of the greedy text equals its token-by-token logits (argmax at every position)") {
   LoadedModel model = load_model(JOURNEY_SOURCE_DIR "/data/stories260K");
-  auto backend = make_cpu_backend(model, {.threads = 2});
+  auto backend = make_reference_backend(model);
   backend->allocate_kv_cache(8, 4);
   std::vector<int32_t> prompt = {1};
   prompt.insert(prompt.end(), kLlama2cGreedy.begin(), kLlama2cGreedy.end() - 1);

@@ -18,7 +18,7 @@
 #include "assets/model.h"
 #include "core/error.h"
 #include "engine/llm_engine.h"
-#include "reference/cpu_backend.h"
+#include "cpu/cpu_backend.h"
 
 using namespace journey;
 using Clock = std::chrono::steady_clock;

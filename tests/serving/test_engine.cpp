@@ -14,7 +14,7 @@
 #include "assets/model.h"
 #include "core/error.h"
 #include "engine/llm_engine.h"
-#include "reference/cpu_backend.h"
+#include "cpu/cpu_backend.h"
 
 using namespace journey;
 

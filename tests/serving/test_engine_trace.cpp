@@ -11,7 +11,7 @@
 
 #include "assets/model.h"
 #include "engine/llm_engine.h"
-#include "reference/cpu_backend.h"
+#include "cpu/cpu_backend.h"
 #include "text/tokenizer.h"
 #include "trace/dump_sink.h"
 #include "trace/manifest.h"

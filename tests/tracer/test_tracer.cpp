@@ -55,6 +55,16 @@ fs::path greedy_dump(const std::string& name, const std::string& extra = "") {
   return dir;
 }
 
+// The same run on the fast backend with a RoPE bug planted in its ops table (test-only program).
+fs::path planted_bug_dump(const std::string& name) {
+  const fs::path dir = kWork / name;
+  fs::remove_all(dir);
+  Run r = run(std::string(JOURNEY_PLANTED_BUG_TRACE) + " " + kModel + " " + dir.string());
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  return dir;
+}
+
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream s;
@@ -240,7 +250,7 @@ TEST_CASE("diff: a dump against itself passes; the planted RoPE bug is found at 
   CHECK(same.output.find("SAME") != std::string::npos);
   CHECK(same.output.find("argmax agrees on 5/5 rows") != std::string::npos);
 
-  const fs::path buggy = greedy_dump("diff-bug", "--debug-rope-offset 1");
+  const fs::path buggy = planted_bug_dump("diff-bug");
   const fs::path svg = kWork / "diff-bug.svg";
   Run diff = run(kTracer + " diff " + buggy.string() + " " + good.string() + " --svg " + svg.string());
   INFO(diff.output);
@@ -260,7 +270,7 @@ TEST_CASE("golden: journey trace matches the PyTorch reference's stories260K dum
   CHECK(ok.status == 0);
   CHECK(ok.output.find("GOLDEN OK") != std::string::npos);
 
-  const fs::path buggy = greedy_dump("golden-bug", "--debug-rope-offset 1");
+  const fs::path buggy = planted_bug_dump("golden-bug");
   Run bad = run(kTracer + " golden " + buggy.string() + " --against " + kGolden.string());
   INFO(bad.output);
   CHECK(bad.status == 1);

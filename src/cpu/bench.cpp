@@ -1,5 +1,5 @@
 // The measurements behind `journey bench` (see bench.h for what each ceiling means).
-#include "reference/bench.h"
+#include "cpu/bench.h"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/huge_pages.h"
+#include "cpu/huge_pages.h"
 #include "core/threads.h"
 
 #ifdef _OPENMP

@@ -46,7 +46,7 @@ struct BenchResult {
 
 // Streaming read of a buffer (much larger than the caches: 2 GiB by default) on `threads`
 // threads, each summing one contiguous slice. The buffer is allocated and mapped once, in huge
-// pages like the weights (core/huge_pages.h), so that measure() can be called between runs.
+// pages like the weights (cpu/huge_pages.h), so that measure() can be called between runs.
 class ReadBandwidthProbe {
  public:
   explicit ReadBandwidthProbe(int threads, size_t bytes = size_t(2) << 30);

@@ -1,28 +1,30 @@
-// CpuBackend: the forward pass as a textbook writes it (llama2.c's run.c is the model), over all
-// tokens of all sequences of a step at once. The projections see the step's tokens as ONE matrix
+// CpuBackend: the reference forward pass (reference/reference_backend.cpp) step for step and
+// stage for stage, over the fast ops of cpu/ops.h, over all tokens of all sequences of a step at once. The projections see the step's tokens as ONE matrix
 // [N, E] (N = sum of the sequences' token counts), so each weight matrix is read once per step;
 // attention is the only per-sequence part, because each sequence has its own history in the KV pool.
 //
 // Trace rule (docs/reference-path.md): every row-wise stage covers all N rows of the step, the
 // sequences' rows concatenated in batch order. attn_scores / attn_weights ([H, T, P]) and kv_blocks
 // have a per-sequence shape and are emitted only when the batch holds a single sequence.
-#include "reference/cpu_backend.h"
+#include "cpu/cpu_backend.h"
 
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
-#include "core/huge_pages.h"
+#include "core/model_weights.h"
+#include "core/shape.h"
+#include "cpu/huge_pages.h"
 #include "core/threads.h"
-#include "reference/ops.h"
+#include "cpu/ops.h"
 #include "trace/sink.h"
 
 namespace journey {
 
 namespace {
 
-// Weights live in huge pages (core/huge_pages.h): every decode step streams all of them.
+// Weights live in huge pages (cpu/huge_pages.h): every decode step streams all of them.
 struct LayerWeights {
   HugePageFloats attn_norm;  // [E]
   HugePageFloats wq, wk, wv; // [H*D, E], [KVH*D, E], [KVH*D, E]
@@ -36,20 +38,14 @@ struct LayerWeights {
   HugePageFloats w_down;     // [E, F]
 };
 
-// One tensor widened to f32, after checking that it exists with the shape the config implies.
-HugePageFloats load_tensor(const WeightStore& weights, const std::string& name, std::vector<int64_t> shape) {
-  const TensorRef& t = weights.get(name);
-  if (t.shape != shape) {
-    auto show = [](const std::vector<int64_t>& s) {
-      std::string out = "[";
-      for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-      return out + "]";
-    };
-    fail("tensor ", name, " in ", t.source, ": expected shape ", show(shape), " (from the model config), found ",
-         show(t.shape));
-  }
-  if (!dtype_is_float(t.dtype) && t.dtype != DType::Q8_0 && t.dtype != DType::Q4_0)
-    fail("tensor ", name, " in ", t.source, ": expected a float or quantized weight type, found ", dtype_name(t.dtype));
+// One tensor widened to f32 into huge pages, after checking that it exists with the shape the
+// config implies (core/model_weights.h names it and gives the shape).
+HugePageFloats load_tensor(const WeightStore& weights, const ModelConfig& config, WeightRole role, int layer = -1) {
+  const WeightSpec spec = weight_spec(config, role, layer);
+  const TensorRef& t = weights.get(spec.name);
+  if (t.shape != spec.shape)
+    fail("tensor ", spec.name, " in ", t.source, ": expected shape ", shape_string(spec.shape),
+         " (from the model config), found ", shape_string(t.shape));
   const std::vector<float> widened = t.to_f32();
   return HugePageFloats(widened.begin(), widened.end());
 }
@@ -63,7 +59,7 @@ TraceTensor trace_view(const Buffer& buffer, std::vector<int64_t> shape) {
 
 class CpuBackend : public Backend {
  public:
-  CpuBackend(const LoadedModel& model, const CpuOptions& options);
+  CpuBackend(const LoadedModel& model, const CpuOptions& options, const CpuOps& ops);
 
   std::string name() const override { return "cpu"; }
   const ModelConfig& config() const override { return config_; }
@@ -81,6 +77,7 @@ class CpuBackend : public Backend {
 
   ModelConfig config_;
   CpuOptions options_;
+  CpuOps ops_;
   int threads_ = 1;
   int64_t E_, F_, L_, H_, KVH_, D_, V_;  // hidden, FFN, layers, heads, kv heads, head_dim, vocab
 
@@ -94,8 +91,8 @@ class CpuBackend : public Backend {
   std::vector<HugePageFloats> k_pool_, v_pool_;  // [L][num_blocks, block_size, KVH, D]
 };
 
-CpuBackend::CpuBackend(const LoadedModel& model, const CpuOptions& options)
-    : config_(model.config), options_(options) {
+CpuBackend::CpuBackend(const LoadedModel& model, const CpuOptions& options, const CpuOps& ops)
+    : config_(model.config), options_(options), ops_(ops) {
   const ModelConfig& c = config_;
   const std::string where = model.path.empty() ? std::string("the model") : model.path.string();
   D_ = validate_model_shape(c, where);
@@ -108,36 +105,35 @@ CpuBackend::CpuBackend(const LoadedModel& model, const CpuOptions& options)
   Eigen::setNbThreads(1);
 
   const WeightStore& w = model.weights;
-  embed_tokens_ = load_tensor(w, "model.embed_tokens.weight", {V_, E_});
+  embed_tokens_ = load_tensor(w, c, WeightRole::token_embedding);
   layers_.resize(size_t(L_));
-  for (int64_t i = 0; i < L_; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    LayerWeights& lw = layers_[size_t(i)];
-    lw.attn_norm = load_tensor(w, p + "input_layernorm.weight", {E_});
-    lw.wq = load_tensor(w, p + "self_attn.q_proj.weight", {H_ * D_, E_});
-    lw.wk = load_tensor(w, p + "self_attn.k_proj.weight", {KVH_ * D_, E_});
-    lw.wv = load_tensor(w, p + "self_attn.v_proj.weight", {KVH_ * D_, E_});
+  for (int l = 0; l < int(L_); ++l) {
+    LayerWeights& lw = layers_[size_t(l)];
+    lw.attn_norm = load_tensor(w, c, WeightRole::attn_norm, l);
+    lw.wq = load_tensor(w, c, WeightRole::q_proj, l);
+    lw.wk = load_tensor(w, c, WeightRole::k_proj, l);
+    lw.wv = load_tensor(w, c, WeightRole::v_proj, l);
     if (c.attention_bias) {
-      lw.bq = load_tensor(w, p + "self_attn.q_proj.bias", {H_ * D_});
-      lw.bk = load_tensor(w, p + "self_attn.k_proj.bias", {KVH_ * D_});
-      lw.bv = load_tensor(w, p + "self_attn.v_proj.bias", {KVH_ * D_});
+      lw.bq = load_tensor(w, c, WeightRole::q_bias, l);
+      lw.bk = load_tensor(w, c, WeightRole::k_bias, l);
+      lw.bv = load_tensor(w, c, WeightRole::v_bias, l);
     }
     if (c.qk_norm) {
-      lw.q_norm = load_tensor(w, p + "self_attn.q_norm.weight", {D_});
-      lw.k_norm = load_tensor(w, p + "self_attn.k_norm.weight", {D_});
+      lw.q_norm = load_tensor(w, c, WeightRole::q_norm, l);
+      lw.k_norm = load_tensor(w, c, WeightRole::k_norm, l);
     }
-    lw.wo = load_tensor(w, p + "self_attn.o_proj.weight", {E_, H_ * D_});
-    lw.ffn_norm = load_tensor(w, p + "post_attention_layernorm.weight", {E_});
-    lw.w_gate = load_tensor(w, p + "mlp.gate_proj.weight", {F_, E_});
-    lw.w_up = load_tensor(w, p + "mlp.up_proj.weight", {F_, E_});
-    lw.w_down = load_tensor(w, p + "mlp.down_proj.weight", {E_, F_});
+    lw.wo = load_tensor(w, c, WeightRole::o_proj, l);
+    lw.ffn_norm = load_tensor(w, c, WeightRole::ffn_norm, l);
+    lw.w_gate = load_tensor(w, c, WeightRole::gate_proj, l);
+    lw.w_up = load_tensor(w, c, WeightRole::up_proj, l);
+    lw.w_down = load_tensor(w, c, WeightRole::down_proj, l);
   }
-  final_norm_ = load_tensor(w, "model.norm.weight", {E_});
+  final_norm_ = load_tensor(w, c, WeightRole::final_norm);
   // Tied models reuse the embedding matrix as the LM head (logits = h embed_tokens^T).
-  if (c.tie_word_embeddings && !w.has("lm_head.weight")) {
+  if (c.tie_word_embeddings && !w.has(weight_spec(c, WeightRole::lm_head).name)) {
     lm_head_ = embed_tokens_.data();
   } else {
-    lm_head_own_ = load_tensor(w, "lm_head.weight", {V_, E_});
+    lm_head_own_ = load_tensor(w, c, WeightRole::lm_head);
     lm_head_ = lm_head_own_.data();
   }
 }
@@ -174,7 +170,7 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
   const bool single = batch.sequences.size() == 1;  // per-sequence stages are traced only then
   const int64_t E = E_, F = F_, H = H_, KVH = KVH_, D = D_, V = V_;
 
-  // The step's tokens, sequences concatenated: row r belongs to sequence seq_of_row... (first_row[i] ..)
+  // The step's tokens, sequences concatenated: sequence i owns rows [first_row[i], first_row[i + 1]).
   std::vector<int64_t> first_row;  // [S + 1] first row of each sequence
   std::vector<int32_t> tokens;     // [N]
   std::vector<int64_t> positions;  // [N] absolute position of each row
@@ -187,8 +183,6 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     first_row.push_back(int64_t(tokens.size()));
   }
   const int64_t N = int64_t(tokens.size());
-  std::vector<int64_t> q_positions = positions;  // [N] positions RoPE rotates q by
-  for (int64_t& p : q_positions) p += options_.debug_rope_position_offset;  // 0 except in the planted-bug test
 
   if (sink && sink->wants(Stage::token_ids, -1)) sink->record_ints(Stage::token_ids, -1, tokens, {N});
   if (single && sink && sink->wants(Stage::kv_blocks, -1)) {
@@ -197,7 +191,7 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
   }
 
   // (cache-line aligned like every buffer the ops read, so that the results do not depend on
-  // where the heap puts them: core/huge_pages.h)
+  // where the heap puts them: cpu/huge_pages.h)
   HugePageFloats x(size_t(N * E));               // [N, E] the residual stream
   HugePageFloats xn(size_t(N * E));              // [N, E] normalized input of a sublayer
   HugePageFloats q(size_t(N * H * D));           // [N, H, D]
@@ -212,7 +206,7 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
   std::vector<float> scores, weights;                // [H, T, P] only when traced
 
   // embedding: one row of the table per token
-  ops::embedding_gather(x.data(), embed_tokens_.data(), tokens.data(), N, E);
+  ops_.embedding_gather(x.data(), embed_tokens_.data(), tokens.data(), N, E);
   JOURNEY_TRACE(sink, Stage::embeddings, -1, trace_view(x, {N, E}));
 
   for (int64_t l = 0; l < L_; ++l) {
@@ -220,30 +214,30 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     const int il = int(l);
 
     // attention sublayer: RMSNorm
-    ops::rms_norm(xn.data(), x.data(), lw.attn_norm.data(), N, E, eps);
+    ops_.rms_norm(xn.data(), x.data(), lw.attn_norm.data(), N, E, eps);
     JOURNEY_TRACE(sink, Stage::attn_norm, il, trace_view(xn, {N, E}));
 
     // q, k, v projections (Qwen2 adds biases)
     // (one parallel region for the three: they share their input)
-    const ops::LinearTarget qkv[] = {{q.data(), lw.wq.data(), lw.bq.empty() ? nullptr : lw.bq.data(), H * D},
+    const cpu::LinearTarget qkv[] = {{q.data(), lw.wq.data(), lw.bq.empty() ? nullptr : lw.bq.data(), H * D},
                                      {k.data(), lw.wk.data(), lw.bk.empty() ? nullptr : lw.bk.data(), KVH * D},
                                      {v.data(), lw.wv.data(), lw.bv.empty() ? nullptr : lw.bv.data(), KVH * D}};
-    ops::linear_shared_input(xn.data(), N, E, qkv, threads_);
+    ops_.linear_shared_input(xn.data(), N, E, std::span<const cpu::LinearTarget>(qkv), threads_);
     JOURNEY_TRACE(sink, Stage::q, il, trace_view(q, {N, H, D}));
     JOURNEY_TRACE(sink, Stage::k, il, trace_view(k, {N, KVH, D}));
     JOURNEY_TRACE(sink, Stage::v, il, trace_view(v, {N, KVH, D}));
 
     // Qwen3: RMSNorm over head_dim of every head of q and k, before RoPE
     if (c.qk_norm) {
-      ops::rms_norm(q.data(), q.data(), lw.q_norm.data(), N * H, D, eps);
-      ops::rms_norm(k.data(), k.data(), lw.k_norm.data(), N * KVH, D, eps);
+      ops_.rms_norm(q.data(), q.data(), lw.q_norm.data(), N * H, D, eps);
+      ops_.rms_norm(k.data(), k.data(), lw.k_norm.data(), N * KVH, D, eps);
       JOURNEY_TRACE(sink, Stage::q_norm, il, trace_view(q, {N, H, D}));
       JOURNEY_TRACE(sink, Stage::k_norm, il, trace_view(k, {N, KVH, D}));
     }
 
     // rotary position embedding of q and k
-    ops::rope(q.data(), q_positions.data(), N, H, D, c.rope_theta, c.rope_layout);
-    ops::rope(k.data(), positions.data(), N, KVH, D, c.rope_theta, c.rope_layout);
+    ops_.rope(q.data(), positions.data(), N, H, D, c.rope_theta, c.rope_layout);
+    ops_.rope(k.data(), positions.data(), N, KVH, D, c.rope_theta, c.rope_layout);
     JOURNEY_TRACE(sink, Stage::q_rope, il, trace_view(q, {N, H, D}));
     JOURNEY_TRACE(sink, Stage::k_rope, il, trace_view(k, {N, KVH, D}));
 
@@ -256,13 +250,13 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     auto attend = [&](int64_t i, int attention_threads) {
       const SequenceInput& s = batch.sequences[size_t(i)];
       const int64_t r0 = first_row[i], T = first_row[i + 1] - r0, start = s.start_position, P = start + T;
-      ops::kv_cache_write(k_pool_[l].data(), v_pool_[l].data(), k.data() + r0 * KVH * D, v.data() + r0 * KVH * D,
+      ops_.kv_cache_write(k_pool_[l].data(), v_pool_[l].data(), k.data() + r0 * KVH * D, v.data() + r0 * KVH * D,
                           s.block_table.data(), T, start, block_size_, KVH, D);
       const bool trace_scores = single && sink && sink->wants(Stage::attn_scores, il);
       const bool trace_weights = single && sink && sink->wants(Stage::attn_weights, il);
       if (trace_scores) scores.assign(size_t(H * T * P), 0.0f);
       if (trace_weights) weights.assign(size_t(H * T * P), 0.0f);
-      ops::paged_attention(context.data() + r0 * H * D, q.data() + r0 * H * D, k_pool_[l].data(), v_pool_[l].data(),
+      ops_.paged_attention(context.data() + r0 * H * D, q.data() + r0 * H * D, k_pool_[l].data(), v_pool_[l].data(),
                            s.block_table.data(), T, start, block_size_, H, KVH, D,
                            trace_scores ? scores.data() : nullptr, trace_weights ? weights.data() : nullptr,
                            attention_threads);
@@ -279,57 +273,60 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     JOURNEY_TRACE(sink, Stage::attn_context, il, trace_view(context, {N, H * D}));
 
     // output projection, then the residual connection
-    ops::linear(attn_out.data(), context.data(), lw.wo.data(), nullptr, N, H * D, E, threads_);
+    ops_.linear(attn_out.data(), context.data(), lw.wo.data(), nullptr, N, H * D, E, threads_);
     JOURNEY_TRACE(sink, Stage::attn_out, il, trace_view(attn_out, {N, E}));
-    ops::residual_add(x.data(), x.data(), attn_out.data(), N * E);
+    ops_.residual_add(x.data(), x.data(), attn_out.data(), N * E);
     JOURNEY_TRACE(sink, Stage::resid_attn, il, trace_view(x, {N, E}));
 
     // FFN sublayer: RMSNorm
-    ops::rms_norm(xn.data(), x.data(), lw.ffn_norm.data(), N, E, eps);
+    ops_.rms_norm(xn.data(), x.data(), lw.ffn_norm.data(), N, E, eps);
     JOURNEY_TRACE(sink, Stage::ffn_norm, il, trace_view(xn, {N, E}));
 
     // gate and up projections, SwiGLU, down projection
-    const ops::LinearTarget gate_up[] = {{gate.data(), lw.w_gate.data(), nullptr, F},
+    const cpu::LinearTarget gate_up[] = {{gate.data(), lw.w_gate.data(), nullptr, F},
                                          {up.data(), lw.w_up.data(), nullptr, F}};
-    ops::linear_shared_input(xn.data(), N, E, gate_up, threads_);
+    ops_.linear_shared_input(xn.data(), N, E, std::span<const cpu::LinearTarget>(gate_up), threads_);
     JOURNEY_TRACE(sink, Stage::gate, il, trace_view(gate, {N, F}));
     JOURNEY_TRACE(sink, Stage::up, il, trace_view(up, {N, F}));
-    ops::swiglu(act.data(), gate.data(), up.data(), N * F);
+    ops_.swiglu(act.data(), gate.data(), up.data(), N * F);
     JOURNEY_TRACE(sink, Stage::act, il, trace_view(act, {N, F}));
-    ops::linear(ffn_out.data(), act.data(), lw.w_down.data(), nullptr, N, F, E, threads_);
+    ops_.linear(ffn_out.data(), act.data(), lw.w_down.data(), nullptr, N, F, E, threads_);
     JOURNEY_TRACE(sink, Stage::ffn_out, il, trace_view(ffn_out, {N, E}));
 
     // residual connection
-    ops::residual_add(x.data(), x.data(), ffn_out.data(), N * E);
+    ops_.residual_add(x.data(), x.data(), ffn_out.data(), N * E);
     JOURNEY_TRACE(sink, Stage::layer_out, il, trace_view(x, {N, E}));
   }
 
   // final RMSNorm
-  ops::rms_norm(xn.data(), x.data(), final_norm_.data(), N, E, eps);
+  ops_.rms_norm(xn.data(), x.data(), final_norm_.data(), N, E, eps);
   JOURNEY_TRACE(sink, Stage::final_norm, -1, trace_view(xn, {N, E}));
 
   // LM head, only for the rows whose logits are wanted (the last of each sequence unless all_logits)
   ForwardOutput out;
   out.vocab_size = V;
-  std::vector<int64_t> logit_rows;  // [R] rows of xn that get logits
+  std::vector<int32_t> logit_rows;  // [R] rows of xn that get logits
   out.row_begin.push_back(0);
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     const int64_t begin = batch.sequences[i].all_logits ? first_row[i] : first_row[i + 1] - 1;
-    for (int64_t r = begin; r < first_row[i + 1]; ++r) logit_rows.push_back(r);
+    for (int64_t r = begin; r < first_row[i + 1]; ++r) logit_rows.push_back(int32_t(r));
     out.row_begin.push_back(int64_t(logit_rows.size()));
   }
   const int64_t R = int64_t(logit_rows.size());
-  HugePageFloats head_in(size_t(R * E));  // [R, E]
-  for (int64_t j = 0; j < R; ++j)
-    std::memcpy(head_in.data() + j * E, xn.data() + logit_rows[j] * E, sizeof(float) * E);
+  HugePageFloats head_in(size_t(R * E));  // [R, E] the rows of xn that get logits
+  ops_.embedding_gather(head_in.data(), xn.data(), logit_rows.data(), R, E);  // a row gather, like the embedding
   out.logits.resize(size_t(R * V));  // [R, V]
-  ops::linear(out.logits.data(), head_in.data(), lm_head_, nullptr, R, E, V, threads_);
+  ops_.linear(out.logits.data(), head_in.data(), lm_head_, nullptr, R, E, V, threads_);
   JOURNEY_TRACE(sink, Stage::logits, -1, trace_view(out.logits, {R, V}));
   return out;
 }
 
 std::unique_ptr<Backend> make_cpu_backend(const LoadedModel& model, const CpuOptions& options) {
-  return std::make_unique<CpuBackend>(model, options);
+  return std::make_unique<CpuBackend>(model, options, CpuOps{});
+}
+
+std::unique_ptr<Backend> make_cpu_backend(const LoadedModel& model, const CpuOptions& options, const CpuOps& ops) {
+  return std::make_unique<CpuBackend>(model, options, ops);
 }
 
 }  // namespace journey

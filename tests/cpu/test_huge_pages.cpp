@@ -11,7 +11,7 @@
 #include <numeric>
 #include <string>
 
-#include "core/huge_pages.h"
+#include "cpu/huge_pages.h"
 
 using namespace journey;
 

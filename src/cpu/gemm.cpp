@@ -22,7 +22,7 @@
 // is compiled with its own target attribute, so even a build for baseline x86-64 (CI,
 // JOURNEY_NATIVE=OFF) runs AVX-512 or AVX2 code where the CPU has it. Accumulation is plain f32
 // FMA (-ffp-contract=fast is set for this file in CMake), k ascending within each lane.
-#include "reference/gemm.h"
+#include "cpu/gemm.h"
 
 #include <algorithm>
 #include <cstring>
@@ -32,7 +32,7 @@
 // AVX; every function that does so here is internal and always inlined, so no ABI is involved.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-namespace journey::ops::gemm {
+namespace journey::cpu::gemm {
 
 namespace {
 
@@ -265,4 +265,4 @@ void linear_rows(Isa isa, JOURNEY_GEMM_ARGS) {
   rows_generic(JOURNEY_GEMM_PASS);
 }
 
-}  // namespace journey::ops::gemm
+}  // namespace journey::cpu::gemm

@@ -4,9 +4,9 @@
 #include <doctest/doctest.h>
 
 #include "core/error.h"
-#include "random_model.h"
-#include "reference/bench.h"
-#include "reference/cpu_backend.h"
+#include "reference/random_model.h"
+#include "cpu/bench.h"
+#include "cpu/cpu_backend.h"
 
 using namespace journey;
 

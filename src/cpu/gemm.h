@@ -1,4 +1,4 @@
-// The small-batch matrix product behind ops::linear: y = x W^T (+ bias) for a block of output rows,
+// The small-batch matrix product behind cpu::linear: y = x W^T (+ bias) for a block of output rows,
 // with W [out, in] row-major as stored, never repacked.
 //
 // Why not Eigen: for T = 2..128 tokens Eigen's GEMM copies ("packs") every weight block before
@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-namespace journey::ops::gemm {
+namespace journey::cpu::gemm {
 
 // The instruction sets the kernel is compiled for. All three are built into every binary (GCC
 // target attributes), whatever -march the build uses; the CPU picks one at run time.
@@ -26,7 +26,7 @@ bool supports(Isa isa);
 const char* isa_name(Isa isa);
 
 // Columns [row_begin, row_end) of y = x W^T (+ bias): output rows row_begin.. of W, all T tokens.
-// Single-threaded; ops::linear gives each thread its own row range.
+// Single-threaded; cpu::linear gives each thread its own row range.
 void linear_rows(Isa isa,
                  float* y,             // [T, out], only columns [row_begin, row_end) written
                  const float* x,       // [T, in]
@@ -34,4 +34,4 @@ void linear_rows(Isa isa,
                  const float* bias,    // [out] or nullptr
                  int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end);
 
-}  // namespace journey::ops::gemm
+}  // namespace journey::cpu::gemm

@@ -1,0 +1,250 @@
+// The reference ops: Eigen for the arithmetic (linear() for few tokens: the kernel of gemm.cpp),
+// OpenMP (when CMake found it) to split work across threads. Each function is the literal formula from ops.h; speed comes only from not doing
+// anything twice (weights are read once per linear(), attention reads each K/V row once per query).
+#include "cpu/ops.h"
+
+#include "cpu/huge_pages.h"
+#include "cpu/gemm.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace journey::cpu {
+
+namespace {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatrixMap = Eigen::Map<RowMatrix>;
+using ConstMatrixMap = Eigen::Map<const RowMatrix>;
+using VectorMap = Eigen::Map<Eigen::VectorXf>;
+using ConstVectorMap = Eigen::Map<const Eigen::VectorXf>;
+
+// Attention for one sequence, with K/V rows fetched by key_row(p, kv_head) / value_row(p, kv_head):
+// the one loop both attention() and paged_attention() run, so they cannot drift apart.
+template <typename KeyRow, typename ValueRow>
+void attention_core(float* context, const float* q, KeyRow key_row, ValueRow value_row, int64_t T, int64_t start,
+                    int64_t H, int64_t KVH, int64_t D, float* scores_out, float* weights_out, int threads) {
+  const int64_t P = start + T;
+  const int64_t group = H / KVH;  // query heads per kv head
+  const float scale = 1.0f / std::sqrt(float(D));
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+#pragma omp parallel num_threads(threads)
+  {
+    HugePageFloats row(static_cast<size_t>(P));  // [P] scores, then weights, of one (head, query); aligned
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t kv_head = h / group;
+        const int64_t last = start + t;  // causal: attend positions [0, last]
+        ConstVectorMap query(q + (t * H + h) * D, D);  // [D]
+        // scores = q.k / sqrt(D), -inf after the query's own position
+        for (int64_t p = 0; p <= last; ++p) row[p] = query.dot(ConstVectorMap(key_row(p, kv_head), D)) * scale;
+        for (int64_t p = last + 1; p < P; ++p) row[p] = neg_inf;
+        if (scores_out) std::memcpy(scores_out + (h * T + t) * P, row.data(), sizeof(float) * P);
+        // weights = softmax(scores); masked positions become exactly 0
+        softmax(row.data(), 1, P);
+        if (weights_out) std::memcpy(weights_out + (h * T + t) * P, row.data(), sizeof(float) * P);
+        // context = sum_p weights[p] * v[p]
+        VectorMap out(context + t * H * D + h * D, D);  // [D]
+        out.setZero();
+        for (int64_t p = 0; p <= last; ++p) out += row[p] * ConstVectorMap(value_row(p, kv_head), D);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void embedding_gather(float* out, const float* table, const int32_t* tokens, int64_t T, int64_t E) {
+  for (int64_t t = 0; t < T; ++t) std::memcpy(out + t * E, table + int64_t(tokens[t]) * E, sizeof(float) * E);
+}
+
+void rms_norm(float* out, const float* x, const float* weight, int64_t R, int64_t N, float eps) {
+  ConstVectorMap w(weight, N);
+  for (int64_t r = 0; r < R; ++r) {
+    ConstVectorMap in(x + r * N, N);
+    const float inv_rms = 1.0f / std::sqrt(in.squaredNorm() / float(N) + eps);
+    VectorMap(out + r * N, N) = (in * inv_rms).cwiseProduct(w);
+  }
+}
+
+void rope(float* x, const int64_t* positions, int64_t T, int64_t heads, int64_t D, double theta, RopeLayout layout) {
+  const int64_t half = D / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));  // [D/2] theta^(-2i/D), in f32 like HF's inv_freq
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] = 1.0f / std::pow(float(theta), float(2 * i) / float(D));
+  std::vector<float> cos_t(static_cast<size_t>(half)), sin_t(static_cast<size_t>(half));  // [D/2] for one position
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = float(positions[t]) * inv_freq[i];
+      cos_t[i] = std::cos(angle);
+      sin_t[i] = std::sin(angle);
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      float* head = x + (t * heads + h) * D;  // [D]
+      for (int64_t i = 0; i < half; ++i) {
+        // the two members of pair i
+        const int64_t a = layout == RopeLayout::HalfSplit ? i : 2 * i;
+        const int64_t b = layout == RopeLayout::HalfSplit ? i + half : 2 * i + 1;
+        const float x0 = head[a], x1 = head[b];
+        head[a] = x0 * cos_t[i] - x1 * sin_t[i];
+        head[b] = x0 * sin_t[i] + x1 * cos_t[i];
+      }
+    }
+  }
+}
+
+namespace {
+
+// From 2 to kGemmMaxTokens tokens (batched decode of up to 16 sequences) the register-tiled
+// kernel of gemm.cpp runs; one token (decode) and more than 16 use Eigen. Measured on a 2-core
+// AVX-512 Xeon (docs/performance.md): one token, Eigen's GEMV decodes the 1.1B shape at 4.35 tok/s
+// against 2.7-3.7 for the kernel; 16 tokens, the kernel ~15% faster on single products, about
+// even in the engine's step; 32 tokens, Eigen ~8% faster.
+constexpr int64_t kGemmMaxTokens = 16;
+
+// Columns [begin, end) of y = x W^T (+ bias): output rows begin.. of W, all T tokens.
+void linear_block(const LinearTarget& target, const float* x, int64_t T, int64_t in, int64_t begin, int64_t end) {
+  const int64_t out = target.out;
+  if (end <= begin) return;
+  if (T > 1 && T <= kGemmMaxTokens) {
+    gemm::linear_rows(gemm::best_isa(), target.y, x, target.weight, target.bias, T, in, out, begin, end);
+    return;
+  }
+  ConstMatrixMap X(x, T, in);                // [T, in]
+  ConstMatrixMap W(target.weight, out, in);  // [out, in]
+  MatrixMap Y(target.y, T, out);             // [T, out]
+  // Eigen packs the weight block fastest as the right-hand side of a product with a column-major
+  // result (measured ~15% faster than writing the row-major Y directly). Inside a parallel region
+  // Eigen runs serially.
+  Eigen::MatrixXf block = X * W.middleRows(begin, end - begin).transpose();  // [T, end - begin] column-major
+  Y.middleCols(begin, end - begin) = block;
+  if (target.bias)
+    Y.middleCols(begin, end - begin).rowwise() +=
+        Eigen::Map<const Eigen::RowVectorXf>(target.bias + begin, end - begin);
+}
+
+// How a product's output rows are cut: `count` contiguous blocks (at most one per thread), each
+// a multiple of 16 rows wide so that block edges stay aligned to SIMD width.
+struct RowSplit {
+  int64_t count, rows;
+};
+RowSplit split_rows(int64_t out, int threads) {
+  const int64_t count = std::max<int64_t>(1, std::min<int64_t>(threads, out / 16));
+  return {count, ((out + count - 1) / count + 15) / 16 * 16};
+}
+
+}  // namespace
+
+void linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets, int threads) {
+  int64_t team = 1;  // threads that get work: one per block of the most finely split product
+  for (const LinearTarget& target : targets) team = std::max(team, split_rows(target.out, threads).count);
+  // Block b of every product goes to thread b, the same static assignment as one
+  // `omp parallel for` per product, so the sums (and their rounding) do not change.
+  auto thread_work = [&](int64_t b) {
+    for (const LinearTarget& target : targets) {
+      const RowSplit split = split_rows(target.out, threads);
+      if (b < split.count) linear_block(target, x, T, in, b * split.rows, std::min(target.out, (b + 1) * split.rows));
+    }
+  };
+  if (team == 1) {
+    thread_work(0);  // no parallel region: Eigen then follows Eigen::setNbThreads (CpuBackend sets 1)
+    return;
+  }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(int(team))
+  {
+    // OpenMP may hand out fewer threads than asked (OMP_DYNAMIC, OMP_THREAD_LIMIT, a nested
+    // region): then a thread takes several blocks, so every block is still computed once.
+    for (int64_t b = omp_get_thread_num(); b < team; b += omp_get_num_threads()) thread_work(b);
+  }
+#else
+  for (int64_t b = 0; b < team; ++b) thread_work(b);
+#endif
+}
+
+void linear(float* y, const float* x, const float* weight, const float* bias, int64_t T, int64_t in, int64_t out,
+            int threads) {
+  const LinearTarget target{y, weight, bias, out};
+  linear_shared_input(x, T, in, std::span<const LinearTarget>(&target, 1), threads);
+}
+
+void softmax(float* x, int64_t R, int64_t N) {
+  for (int64_t r = 0; r < R; ++r) {
+    VectorMap row(x + r * N, N);
+    const float max = row.maxCoeff();  // subtract the max so exp never overflows
+    // Masked (-inf) entries must come out exactly 0: Eigen's vectorized exp clamps its input at
+    // about -88 on SSE2-only builds and would return a denormal instead.
+    row = (row.array() == -std::numeric_limits<float>::infinity()).select(0.0f, (row.array() - max).exp());
+    row /= row.sum();
+  }
+}
+
+void swiglu(float* out, const float* gate, const float* up, int64_t n) {
+  // Eigen's vectorized exp (a scalar std::exp per element took ~8 ms of a 16-token step of the
+  // 0.5B model, with the other thread idle). exp(-g) overflows to +inf for g < -88, and
+  // g / inf = -0 as silu's limit wants. Every element goes through the same vector code, in
+  // fixed blocks of 16 (the last one padded): with a plain Map, Eigen would peel a few leading
+  // elements to an aligned address and compute those with the scalar exp, so a value's last bit
+  // would depend on where its buffer happens to start.
+  using Block = Eigen::Array<float, 16, 1>;
+  auto silu_times_up = [](const float* g_in, const float* u_in, float* o_out) {
+    const Eigen::Map<const Block> g(g_in), u(u_in);
+    Eigen::Map<Block> o(o_out);
+    o = g / (1.0f + (-g).exp()) * u;
+  };
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) silu_times_up(gate + i, up + i, out + i);
+  if (i < n) {
+    float g_tail[16] = {}, u_tail[16] = {}, o_tail[16];
+    std::memcpy(g_tail, gate + i, sizeof(float) * size_t(n - i));
+    std::memcpy(u_tail, up + i, sizeof(float) * size_t(n - i));
+    silu_times_up(g_tail, u_tail, o_tail);
+    std::memcpy(out + i, o_tail, sizeof(float) * size_t(n - i));
+  }
+}
+
+void residual_add(float* out, const float* a, const float* b, int64_t n) {
+  VectorMap(out, n) = ConstVectorMap(a, n) + ConstVectorMap(b, n);
+}
+
+void attention(float* context, const float* q, const float* k, const float* v, int64_t T, int64_t start, int64_t H,
+               int64_t KVH, int64_t D, float* scores_out, float* weights_out, int threads) {
+  auto key_row = [&](int64_t p, int64_t kv_head) { return k + (p * KVH + kv_head) * D; };
+  auto value_row = [&](int64_t p, int64_t kv_head) { return v + (p * KVH + kv_head) * D; };
+  attention_core(context, q, key_row, value_row, T, start, H, KVH, D, scores_out, weights_out, threads);
+}
+
+void kv_cache_write(float* k_pool, float* v_pool, const float* k, const float* v, const int32_t* block_table,
+                    int64_t T, int64_t start, int64_t block_size, int64_t KVH, int64_t D) {
+  const int64_t row = KVH * D;  // floats per slot
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t position = start + t;
+    const int64_t slot = int64_t(block_table[position / block_size]) * block_size + position % block_size;
+    std::memcpy(k_pool + slot * row, k + t * row, sizeof(float) * row);
+    std::memcpy(v_pool + slot * row, v + t * row, sizeof(float) * row);
+  }
+}
+
+void paged_attention(float* context, const float* q, const float* k_pool, const float* v_pool,
+                     const int32_t* block_table, int64_t T, int64_t start, int64_t block_size, int64_t H,
+                     int64_t KVH, int64_t D, float* scores_out, float* weights_out, int threads) {
+  // The pool slot of every position, looked up once (attention reads each position's K and V
+  // once per query head; this saves a division per read, ~1 % of a 16-sequence step at most).
+  const int64_t P = start + T;
+  std::vector<int64_t> slot(static_cast<size_t>(P));  // [P] position -> slot in the pool
+  for (int64_t p = 0; p < P; ++p) slot[size_t(p)] = int64_t(block_table[p / block_size]) * block_size + p % block_size;
+  auto key_row = [&](int64_t p, int64_t kv_head) { return k_pool + (slot[size_t(p)] * KVH + kv_head) * D; };
+  auto value_row = [&](int64_t p, int64_t kv_head) { return v_pool + (slot[size_t(p)] * KVH + kv_head) * D; };
+  attention_core(context, q, key_row, value_row, T, start, H, KVH, D, scores_out, weights_out, threads);
+}
+
+}  // namespace journey::cpu

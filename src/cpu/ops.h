@@ -1,0 +1,111 @@
+// The fast CPU ops: the reference ops (reference/ops.h) with the same names and the same arguments
+// in the same order, made fast — threads (the last argument, where an op uses them), the register-
+// tiled small-batch kernel of cpu/gemm.h chosen per instruction set at run time, huge-page scratch,
+// vectorized exp in fixed blocks. Every tensor is a row-major f32 array whose shape is written
+// beside it. tests/backends runs each of them against its reference twin on odd sizes.
+//
+// Shape letters: T = tokens in this step, P = positions attended (start + T), E = hidden size,
+// H = query heads, KVH = key/value heads, D = head_dim, F = FFN size, V = vocab, R = rows.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "core/config.h"
+
+namespace journey::cpu {
+
+// out[t, :] = table[tokens[t], :]. Token ids must already be checked against V.
+void embedding_gather(float* out,            // [T, E]
+                      const float* table,    // [V, E]
+                      const int32_t* tokens, // [T]
+                      int64_t T, int64_t E);
+
+// out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight. out may alias x.
+void rms_norm(float* out,           // [R, N]
+              const float* x,       // [R, N]
+              const float* weight,  // [N]
+              int64_t R, int64_t N, float eps);
+
+// Rotary position embedding, in place, on x = [T, heads, D]; token t sits at positions[t].
+// The angle of pair i is positions[t] * theta^(-2i/D), computed in f32 as Hugging Face does.
+//   HalfSplit:   pairs (i, i + D/2)  — HF rotate_half
+//   Interleaved: pairs (2i, 2i + 1)  — Meta / llama2.c
+void rope(float* x,                  // [T, heads, D]
+          const int64_t* positions,  // [T]
+          int64_t T, int64_t heads, int64_t D, double theta, RopeLayout layout);
+
+// y = x W^T (+ bias): the Linear layer of PyTorch with W stored [out, in] row-major.
+// The output rows are split across `threads` threads, so the weights are read once per call
+// whether T is 1 (decode: a matrix-vector product) or large (prefill: matrix-matrix).
+void linear(float* y,             // [T, out]
+            const float* x,       // [T, in]
+            const float* weight,  // [out, in]
+            const float* bias,    // [out] or nullptr
+            int64_t T, int64_t in, int64_t out, int threads);
+
+// One product of linear_shared_input: y = x W^T (+ bias).
+struct LinearTarget {
+  float* y;             // [T, out]
+  const float* weight;  // [out, in]
+  const float* bias;    // [out] or nullptr
+  int64_t out;
+};
+
+// Several products of the same input in ONE parallel region (q, k and v of a layer; gate and
+// up): each thread computes its block of rows of every product in turn, so the threads meet once
+// per group instead of once per product. A decode step is ~150 products that each take about a
+// millisecond; every meeting waits for the slower thread (and, with sleeping OpenMP waits, wakes
+// the other one). The result is exactly that of one linear() per target.
+void linear_shared_input(const float* x,  // [T, in]
+                         int64_t T, int64_t in, std::span<const LinearTarget> targets, int threads);
+
+// In place over each row: x = softmax(x). Rows of all -inf are not allowed (the causal mask always
+// leaves at least the token itself).
+void softmax(float* x,  // [R, N]
+             int64_t R, int64_t N);
+
+// out = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
+void swiglu(float* out,         // [n]
+            const float* gate,  // [n]
+            const float* up,    // [n]
+            int64_t n);
+
+// out = a + b. out may alias a.
+void residual_add(float* out, const float* a, const float* b, int64_t n);  // [n] each
+
+// Causal grouped-query attention for one sequence whose K/V are contiguous:
+// query t sits at position start + t and attends positions [0, start + t]; query head h reads
+// kv head h / (H / KVH). Scores are q.k / sqrt(D).
+// scores_out / weights_out are optional copies for tracing ([H, T, P], -inf where masked).
+void attention(float* context,       // [T, H * D]
+               const float* q,       // [T, H, D]
+               const float* k,       // [P, KVH, D]
+               const float* v,       // [P, KVH, D]
+               int64_t T, int64_t start, int64_t H, int64_t KVH, int64_t D,
+               float* scores_out,    // [H, T, P] or nullptr
+               float* weights_out,   // [H, T, P] or nullptr
+               int threads);
+
+// The KV pool of one layer: num_blocks blocks of block_size slots, each slot [KVH, D].
+// Position p of a sequence lives in slot block_table[p / block_size] * block_size + p % block_size.
+
+// Write the k/v rows of T tokens at positions [start, start + T) into their slots.
+void kv_cache_write(float* k_pool,              // [num_blocks, block_size, KVH, D]
+                    float* v_pool,              // [num_blocks, block_size, KVH, D]
+                    const float* k,             // [T, KVH, D]
+                    const float* v,             // [T, KVH, D]
+                    const int32_t* block_table, // [ceil((start + T) / block_size)]
+                    int64_t T, int64_t start, int64_t block_size, int64_t KVH, int64_t D);
+
+// attention() with K/V read from the pool through the block table.
+void paged_attention(float* context,              // [T, H * D]
+                     const float* q,              // [T, H, D]
+                     const float* k_pool,         // [num_blocks, block_size, KVH, D]
+                     const float* v_pool,         // [num_blocks, block_size, KVH, D]
+                     const int32_t* block_table,  // [ceil(P / block_size)]
+                     int64_t T, int64_t start, int64_t block_size, int64_t H, int64_t KVH, int64_t D,
+                     float* scores_out,           // [H, T, P] or nullptr
+                     float* weights_out,          // [H, T, P] or nullptr
+                     int threads);
+
+}  // namespace journey::cpu

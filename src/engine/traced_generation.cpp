@@ -1,0 +1,57 @@
+#include "engine/traced_generation.h"
+
+#include "backend/backend.h"
+
+namespace journey {
+
+namespace {
+
+// Forwards everything to the real backend; before each forward pass after the first, starts a new
+// decode step in the sink; asks for every position's logits when the sink records logits.
+class StepMarkingBackend final : public Backend {
+ public:
+  StepMarkingBackend(Backend& inner, DumpSink& sink) : inner_(inner), sink_(sink) {}
+
+  std::string name() const override { return inner_.name(); }
+  const ModelConfig& config() const override { return inner_.config(); }
+  DType weight_dtype() const override { return inner_.weight_dtype(); }
+  void allocate_kv_cache(int64_t num_blocks, int64_t block_size) override {
+    inner_.allocate_kv_cache(num_blocks, block_size);
+  }
+  int64_t kv_block_size() const override { return inner_.kv_block_size(); }
+  int64_t kv_num_blocks() const override { return inner_.kv_num_blocks(); }
+  int64_t kv_block_bytes(int64_t block_size) const override { return inner_.kv_block_bytes(block_size); }
+  void copy_kv_block(int32_t src, int32_t dst) override { inner_.copy_kv_block(src, dst); }
+
+  ForwardOutput forward(const ForwardBatch& batch, TraceSink* sink) override {
+    if (forward_calls_ > 0) {
+      const SequenceInput& seq = batch.sequences.at(0);
+      std::vector<int64_t> positions;  // [T]
+      for (size_t i = 0; i < seq.tokens.size(); ++i) positions.push_back(seq.start_position + int64_t(i));
+      sink_.set_step(forward_calls_, "decode", std::move(positions));
+    }
+    ++forward_calls_;
+    if (!sink_.wants(Stage::logits, -1)) return inner_.forward(batch, sink);
+    ForwardBatch all_rows = batch;  // every position's logits, as the goldens hold them
+    for (auto& seq : all_rows.sequences) seq.all_logits = true;
+    return inner_.forward(all_rows, sink);
+  }
+
+ private:
+  Backend& inner_;
+  DumpSink& sink_;
+  int forward_calls_ = 0;
+};
+
+}  // namespace
+
+GenerationResult generate_traced(Backend& backend, const Tokenizer& tokenizer, const GenerationRequest& request,
+                                 DumpSink& sink, const GenerationCallbacks& callbacks) {
+  std::vector<int64_t> prompt_positions(request.prompt_ids.size());  // [P]
+  for (size_t i = 0; i < prompt_positions.size(); ++i) prompt_positions[i] = int64_t(i);
+  sink.set_step(0, "prefill", prompt_positions);
+  StepMarkingBackend marking(backend, sink);
+  return generate(marking, tokenizer, request, callbacks, &sink);
+}
+
+}  // namespace journey
