@@ -2,7 +2,7 @@
 // cuda_bench MODEL [--dtype bf16|f16|f32] [--prompt-tokens N] [--gen-tokens N] [--runs N]
 //                  [--graphs 0|1] [--fuse 0|1] [--fast-decode 0|1] [--early-launch 0|1] [--gemv 1..4]
 //                  [--streams N] [--stream-prompt N] [--stream-out N]
-// `journey bench` (reference/bench.h) on the CUDA backend, printed as JSON, plus:
+// `journey bench` (cpu/bench.h) on the CUDA backend, printed as JSON, plus:
 //  - decode with on-device greedy sampling (only one id per step crosses PCIe);
 //  - the weight bytes one decode step reads in the DEVICE's weight type, for the bandwidth ratio;
 //  - the backend's road counters (plain steps, eager decode steps, graph captures and replays);

@@ -378,7 +378,7 @@ TEST_CASE("quantized GGUF files keep their blocks on the device; decode equals t
                         Case{"tests/data/quantized/kq-q2_k.gguf", DType::F32}}) {
     CAPTURE(c.path);
     LoadedModel model = load_model(c.path);
-    auto cpu = make_cpu_backend(model, {.threads = 2});  // every weight dequantized to f32 by the reference
+    auto cpu = make_cpu_backend(model, {.threads = 2});  // every weight dequantized to f32 at load
     auto gpu = make_cuda_backend(model, {});
     bool kept = false, widened = false;
     for (const auto& [type, bytes] : gpu->weight_bytes_by_type()) {

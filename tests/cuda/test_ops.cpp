@@ -1,8 +1,8 @@
-// Every CUDA kernel against the reference op of the same name (reference/ops.h, namespace reference), in the manner of
-// llama.cpp's test-backend-ops: random inputs, odd sizes (so no kernel gets away with assuming a
-// multiple of 32 or of the vector width), NMSE against the reference with a tolerance per weight
-// type, and sentinels around every output. The reference ops are themselves tested against scalar
-// loops in tests/reference, so they are an independent yardstick here.
+// Every CUDA kernel against the reference op of the same name (journey::reference, reference/ops.h),
+// in the manner of llama.cpp's test-backend-ops: random inputs, odd sizes (so no kernel gets away
+// with assuming a multiple of 32 or of the vector width), NMSE against the reference with a
+// tolerance per weight type, and sentinels around every output. The reference ops are themselves
+// tested against scalar loops in tests/reference, so they are an independent yardstick here.
 //
 // Tolerances (NMSE): f32 1e-9 for elementwise work, 1e-7 where sums are reordered (norms, matrix
 // products, attention); matrices in bf16/f16 are compared with a reference that multiplies by the
