@@ -130,6 +130,16 @@ if [ -n "$SMOL" ]; then
   SMOL_FILE=$(ls "$SMOL"/*.gguf 2>/dev/null | head -n 1)
   SMOL_MODEL=${SMOL_FILE:-$SMOL}
   TRACE_MODELS="$TRACE_MODELS $SMOL_MODEL:$SMOL_MODEL"
+elif [ -n "${PY:=$(command -v python3)}" ] && runnable "$JOURNEY" && "$PY" tools/make_random_model.py --preset smollm2-135m \
+       --dtype bf16 --out "$MODELS_DIR/smollm2-shape" > "$OUT/make_smollm2_shape.log" 2>&1 \
+     && "$JOURNEY" quantize "$MODELS_DIR/smollm2-shape" --type q4_1 --out "$MODELS_DIR/smollm2-shape-q4_1.gguf" \
+          >> "$OUT/make_smollm2_shape.log" 2>&1; then
+  # The real SmolLM2 file (98 MB) cannot travel (the carry limit is 64 MiB): its exact shape with
+  # random weights, in its Q4_1 blocks, made here, and traced with stories260K's tokenizer (ids < 512).
+  log "SmolLM2: the real file is not here; tracing its shape with random weights in Q4_1 instead"
+  SMOL_MODEL=$MODELS_DIR/smollm2-shape-q4_1.gguf
+  TRACE_MODELS="$TRACE_MODELS $SMOL_MODEL:data/stories260K"
+  SMOL=$SMOL_MODEL
 else
   skip trace_smollm2 "models/ holds no SmolLM2 here (the directory is git-ignored and too large to carry)"
 fi
@@ -222,6 +232,8 @@ else
       rm -f "$MODELS_DIR/tinyllama-1.1b-$q.gguf"
     done
   fi
+  # SmolLM2-135M's shape in Q4_1 (the real file when models/ has it): a small model, so launch-bound
+  if [ -n "${SMOL_MODEL:-}" ] && [ -f "$SMOL_MODEL" ]; then bench smollm2_q4_1 "$SMOL_MODEL" --dtype bf16 --streams 16; fi
 fi
 
 # ---- 6. summary ------------------------------------------------------------------------------------
