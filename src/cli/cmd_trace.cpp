@@ -105,11 +105,14 @@ void run_trace(const TraceArgs& args) {
   }
 
   const Tokenizer& tokenizer = *session.tokenizer;
+  // ids past the tokenizer's vocabulary (a padded embedding table, or a model traced with a
+  // smaller tokenizer than its own) have no piece
+  auto piece = [&](int32_t id) { return id < tokenizer.vocab_size() ? tokenizer.piece(id) : std::string(); };
   GenerationCallbacks callbacks = stream_to_stdout();
   callbacks.on_token = [&](const SampledToken& token, int64_t) {
-    ManifestSampled sampled{token.id, tokenizer.piece(token.id), token.prob, {}};
+    ManifestSampled sampled{token.id, piece(token.id), token.prob, {}};
     for (const TokenLogprob& alt : token.top)
-      sampled.top.push_back({alt.id, tokenizer.piece(alt.id), std::exp(double(alt.logprob))});
+      sampled.top.push_back({alt.id, piece(alt.id), std::exp(double(alt.logprob))});
     sink.set_sampled(std::move(sampled));
   };
 
