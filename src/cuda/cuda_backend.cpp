@@ -385,7 +385,8 @@ CudaBackendImpl::CudaBackendImpl(const LoadedModel& model, const CudaOptions& op
   // scratch: sized once for the largest one (2 bytes per weight).
   size_t scratch = 0;
   auto need = [&](const DeviceMatrix& m, int64_t rows, int64_t cols) {
-    if (dtype_is_quantized(m.type)) scratch = std::max(scratch, size_t(rows * cols) * 2);
+    // (f32 when the backend computes in f32: `cuda:f32`, the mode that must match the CPU)
+    if (dtype_is_quantized(m.type)) scratch = std::max(scratch, size_t(rows * cols) * (options_.dtype == DType::F32 ? 4 : 2));
   };
   need(*lm_head_, V_, E_);
   for (const LayerWeights& lw : layers_) {
@@ -497,6 +498,7 @@ cuda::LinearContext CudaBackendImpl::linear_context(bool early) const {
   context.early_launch = early && early_launch_ && context.gemv == cuda::GemvVersion::v4_prefetch_unrolled;
   context.weight_scratch = weight_scratch_.get();
   context.weight_scratch_bytes = weight_scratch_.bytes();
+  context.dequantize_to = options_.dtype == DType::F32 ? DType::F32 : DType::BF16;
   return context;
 }
 

@@ -270,15 +270,14 @@ __global__ void embedding_gather_kernel(float* out, const W* table, const int32_
 
 // T > 1 with quantized weights: the matrix dequantized into a bf16 scratch for cuBLAS; one warp
 // per block, lanes across its weights.
-template <typename Block>
-__global__ void dequantize_to_bf16_kernel(__nv_bfloat16* out, const Block* blocks, int64_t count) {
+template <typename Block, typename Out>
+__global__ void dequantize_kernel(Out* out, const Block* blocks, int64_t count) {
   constexpr int kWeights = QuantFormat<Block>::kWeights;
   const int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (b >= count) return;
 #pragma unroll
-  for (int i = lane; i < kWeights; i += 32)
-    out[b * kWeights + i] = __float2bfloat16_rn(QuantFormat<Block>::weight(blocks[b], i));
+  for (int i = lane; i < kWeights; i += 32) out[b * kWeights + i] = from_f32<Out>(QuantFormat<Block>::weight(blocks[b], i));
 }
 
 __global__ void rms_norm_kernel(float* out, const float* x, const float* weight, int64_t N, float eps) {
@@ -1262,20 +1261,26 @@ void gemm(float* y, const void* x_typed, WeightView weight, const float* bias, i
   if (bias) add_bias(y, bias, T, out, context.stream);
 }
 
-// A quantized [rows, in] matrix dequantized into bf16 (cuBLAS has no GGML block types).
-void dequantize_to_bf16(void* out, WeightView weight, int64_t rows, int64_t in, cudaStream_t stream) {
-  check_block_row("dequantize_to_bf16", weight.type, in);
-  dispatch_any_weight(weight.type, "dequantize_to_bf16", [&](auto w) {
+// A quantized [rows, in] matrix dequantized into bf16 or f32 (cuBLAS has no GGML block types).
+void dequantize_matrix(void* out, DType out_type, WeightView weight, int64_t rows, int64_t in, cudaStream_t stream) {
+  check_block_row("dequantize_matrix", weight.type, in);
+  if (out_type != DType::BF16 && out_type != DType::F32)
+    fail("cuda::dequantize_matrix: dequantizes to bf16 or f32, not ", dtype_name(out_type));
+  dispatch_any_weight(weight.type, "dequantize_matrix", [&](auto w) {
     using W = decltype(w);
     if constexpr (kIsBlock<W>) {
       const int64_t count = rows * (in / QuantFormat<W>::kWeights);  // blocks
-      dequantize_to_bf16_kernel<W><<<blocks_for(count * 32, kBlock), kBlock, 0, stream>>>(
-          static_cast<__nv_bfloat16*>(out), static_cast<const W*>(weight.data), count);
+      const unsigned grid = blocks_for(count * 32, kBlock);
+      if (out_type == DType::F32)
+        dequantize_kernel<W, float><<<grid, kBlock, 0, stream>>>(static_cast<float*>(out), static_cast<const W*>(weight.data), count);
+      else
+        dequantize_kernel<W, __nv_bfloat16><<<grid, kBlock, 0, stream>>>(static_cast<__nv_bfloat16*>(out),
+                                                                         static_cast<const W*>(weight.data), count);
     } else {
-      fail("cuda::dequantize_to_bf16: ", dtype_name(weight.type), " is not a block type");
+      fail("cuda::dequantize_matrix: ", dtype_name(weight.type), " is not a block type");
     }
   });
-  JOURNEY_LAUNCH_CHECK("dequantize_to_bf16");
+  JOURNEY_LAUNCH_CHECK("dequantize_matrix");
 }
 
 // x in the weight's type for cuBLAS: x itself for f32 weights, else narrowed into the scratch.
@@ -1319,16 +1324,17 @@ void gemm_targets(const char* op, const float* x, int64_t T, int64_t in, LinearT
   for_each_type_group(targets, [&](LinearTargets group) {
     const DType type = group[0].weight.type;
     const bool quantized = dtype_block_size(type) > 1;
-    const void* x_typed = typed_input(op, x, quantized ? DType::BF16 : type, T, in, context);
+    const DType gemm_type = quantized ? context.dequantize_to : type;
+    const void* x_typed = typed_input(op, x, gemm_type, T, in, context);
     for (const LinearTarget& t : group) {
       WeightView w = t.weight;
       if (quantized) {
-        const size_t need = size_t(t.out * in) * 2;
+        const size_t need = size_t(t.out * in) * (gemm_type == DType::F32 ? 4 : 2);
         if (context.weight_scratch == nullptr || context.weight_scratch_bytes < need)
           fail("cuda::", op, ": a weight scratch of ", context.weight_scratch_bytes, " bytes is smaller than the ", need,
-               " needed to dequantize a [", t.out, ", ", in, "] ", dtype_name(type), " matrix to bf16");
-        dequantize_to_bf16(context.weight_scratch, t.weight, t.out, in, context.stream);
-        w = {context.weight_scratch, DType::BF16};
+               " needed to dequantize a [", t.out, ", ", in, "] ", dtype_name(type), " matrix to ", dtype_name(gemm_type));
+        dequantize_matrix(context.weight_scratch, gemm_type, t.weight, t.out, in, context.stream);
+        w = {context.weight_scratch, gemm_type};
       }
       gemm(t.y, x_typed, w, t.bias, T, in, t.out, context);
     }

@@ -64,9 +64,12 @@ struct LinearContext {
   // Programmatic dependent launch (Hopper): a v4 GEMV may start while the previous kernel runs,
   // reading its weights early and waiting for that kernel only before it reads x.
   bool early_launch = false;
-  // >= out * in * 2 bytes: a quantized matrix dequantized to bf16 for cuBLAS when T > 1
+  // A quantized matrix is dequantized into weight_scratch for cuBLAS when T > 1, in this type: bf16
+  // (the fast default: out * in * 2 bytes) or f32 (out * in * 4 bytes: `--device cuda:f32`, where the
+  // GPU must agree with the CPU to f32 rounding).
   void* weight_scratch = nullptr;
   size_t weight_scratch_bytes = 0;
+  DType dequantize_to = DType::BF16;
 };
 
 // ---- the mirrored ops ----------------------------------------------------------------------------

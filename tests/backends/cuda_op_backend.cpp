@@ -102,11 +102,12 @@ class CudaOpsUnderTest : public OpBackend {
     std::vector<cuda::LinearTarget> device_targets;
     std::vector<DeviceBuffer*> outputs;
     for (const HostTarget& t : targets) {
-      auto& w = keep.emplace_back(std::make_unique<DeviceBuffer>(t.weight.bytes, matrix_bytes(t.weight)));
+      // raw pointers: `keep` grows, the buffers themselves stay where they are
+      DeviceBuffer* w = keep.emplace_back(std::make_unique<DeviceBuffer>(t.weight.bytes, matrix_bytes(t.weight))).get();
       float* bias = nullptr;
       if (t.bias) bias = keep.emplace_back(std::make_unique<DeviceBuffer>(t.bias, floats(t.weight.rows)))->get<float>();
-      auto& y = keep.emplace_back(std::make_unique<DeviceBuffer>(floats(T * t.weight.rows)));
-      outputs.push_back(y.get());
+      DeviceBuffer* y = keep.emplace_back(std::make_unique<DeviceBuffer>(floats(T * t.weight.rows))).get();
+      outputs.push_back(y);
       device_targets.push_back({y->get<float>(), {w->get(), t.weight.type}, bias, t.weight.rows});
     }
     DeviceBuffer scratch(size_t(T * in) * 2 + 16);
