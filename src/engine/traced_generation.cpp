@@ -1,6 +1,10 @@
 #include "engine/traced_generation.h"
 
+#include <cmath>
+
 #include "backend/backend.h"
+#include "engine/logit_lens.h"
+#include "text/tokenizer.h"
 
 namespace journey {
 
@@ -46,12 +50,23 @@ class StepMarkingBackend final : public Backend {
 }  // namespace
 
 GenerationResult generate_traced(Backend& backend, const Tokenizer& tokenizer, const GenerationRequest& request,
-                                 DumpSink& sink, const GenerationCallbacks& callbacks) {
+                                 DumpSink& sink, const GenerationCallbacks& callbacks, const LogitLens* lens) {
   std::vector<int64_t> prompt_positions(request.prompt_ids.size());  // [P]
   for (size_t i = 0; i < prompt_positions.size(); ++i) prompt_positions[i] = int64_t(i);
   sink.set_step(0, "prefill", prompt_positions);
   StepMarkingBackend marking(backend, sink);
-  return generate(marking, tokenizer, request, callbacks, &sink);
+  // The "sampled" stage lives in the manifest: each token with its probability and alternatives.
+  GenerationCallbacks recording = callbacks;
+  recording.on_token = [&](const SampledToken& token, int64_t position) {
+    ManifestSampled sampled{token.id, tokenizer.piece(token.id), token.prob, {}};
+    for (const TokenLogprob& alt : token.top)
+      sampled.top.push_back({alt.id, tokenizer.piece(alt.id), std::exp(double(alt.logprob))});
+    sink.set_sampled(std::move(sampled));
+    if (callbacks.on_token) callbacks.on_token(token, position);
+  };
+  if (!lens) return generate(marking, tokenizer, request, recording, &sink);
+  LogitLensSink with_lens(sink, *lens);
+  return generate(marking, tokenizer, request, recording, &with_lens);
 }
 
 }  // namespace journey

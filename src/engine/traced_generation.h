@@ -11,10 +11,15 @@ namespace journey {
 class Backend;
 class Tokenizer;
 
+class LogitLens;
+
 // Runs the request like generate() with `sink` receiving every wanted stage, step 0 being the
-// prefill of request.prompt_ids and each later step one decode. The caller fills the manifest's
-// model, prompt and settings, then calls sink.finish().
+// prefill of request.prompt_ids and each later step one decode; every sampled token goes into the
+// manifest's steps with its probability and request.sampling.logprobs alternatives. With a `lens`, the logit lens of
+// every layer is recorded too (when the sink's filters want it; engine/logit_lens.h). The caller
+// fills the manifest's model, prompt and settings, then calls sink.finish().
 GenerationResult generate_traced(Backend& backend, const Tokenizer& tokenizer, const GenerationRequest& request,
-                                 DumpSink& sink, const GenerationCallbacks& callbacks = {});
+                                 DumpSink& sink, const GenerationCallbacks& callbacks = {},
+                                 const LogitLens* lens = nullptr);
 
 }  // namespace journey
