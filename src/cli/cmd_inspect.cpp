@@ -40,10 +40,14 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-// Decimal gigabytes, the unit model cards and GPU spec sheets use ("7B in bf16 is about 14 GB").
+// Decimal units, as model cards and GPU spec sheets use them ("7B in bf16 is about 14 GB").
 std::string decimal_gb(uint64_t bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GB", double(bytes) / 1e9);
+  const double b = double(bytes);
+  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
+  else if (b >= 1e6) std::snprintf(buf, sizeof buf, "%.2f MB", b / 1e6);
+  else if (b >= 1e3) std::snprintf(buf, sizeof buf, "%.2f kB", b / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f B", b);
   return buf;
 }
 
@@ -74,8 +78,9 @@ void print_plan(const InspectReport& r, const PlanArgs& plan) {
                   cat("in ", text).c_str(), decimal_gb(fit.weights).c_str(), decimal_gb(r.bytes_q8_0).c_str(),
                   decimal_gb(r.bytes_q4_0).c_str());
     else
-      std::printf("  %-30s %lld sequences of %lld tokens (%s left for the KV cache after the weights)\n",
-                  cat("in ", text).c_str(), (long long)fit.sequences, (long long)seq_len, decimal_gb(fit.left_for_kv).c_str());
+      std::printf("  %-30s %s sequences of %lld tokens (%s left for the KV cache after the weights)\n",
+                  cat("in ", text).c_str(), with_commas(fit.sequences).c_str(), (long long)seq_len,
+                  decimal_gb(fit.left_for_kv).c_str());
   }
 }
 
