@@ -23,7 +23,8 @@ The opening marker names the chapter's program and may add, shell-quoted:
 Two modes:
     update_outputs.py --build BUILD [--chapter NAME]...
         runs BUILD/chapters/NAME for every marked block of chapters/*/README*.md (English and
-        zh-CN) and rewrites the block with what it printed (stdout).
+        zh-CN) and rewrites the block with what it printed (stdout), unless only masked text
+        differs (so timings do not churn the READMEs).
     update_outputs.py --check --chapter NAME --binary PATH
         what `ctest -R chapter.NAME` runs: the program once per distinct args, exit status 0
         required (77 passes through: skipped), and every marked block of that chapter must equal
@@ -155,7 +156,11 @@ def update(build, only):
                 if status != 0:
                     raise SystemExit(f"{binary} exited with {status}; the README keeps its old output\n{err}")
                 outputs[(b.chapter, key)] = out
-            lines[b.start:b.end] = fence(b.shown(outputs[(b.chapter, key)]))
+            new = b.shown(outputs[(b.chapter, key)])
+            old = fenced_body(lines[b.start:b.end])
+            if old is not None and b.masked(old) == b.masked(new):
+                continue  # only masked text (a timing, a port) differs: keep the README as it is
+            lines[b.start:b.end] = fence(new)
         with open(readme, encoding="utf-8") as f:
             before = f.read()
         after = "\n".join(lines)
