@@ -13,6 +13,8 @@ protocol (a WebSocket, spoken here with the standard library alone: no puppeteer
 6. Screenshots (PNG) before and after are not blank (decoded here: their pixels vary).
 7. `report A --compare B`: against the reference backend the verdict is SAME; against the
    planted RoPE bug it is DIVERGED at L0.q_rope and that node is drawn red.
+8. A request traced by `journey serve --trace-dir`: the second of two requests with the same
+   prompt finds its first blocks in the prefix cache, and the KV panel draws those slots as cached.
 
 usage: check_report_browser.py JOURNEY JOURNEY_TRACE WORK_DIR [TRACE_PLANTED_BUG]
        (exit 77 = skipped: no /usr/bin/chromium)
@@ -321,6 +323,40 @@ try:
             return e ? e.getAttribute('fill') : null; })()""")
         expect(fill == "#ff6b6b", f"L0.q_rope is drawn with fill {fill}, expected the first divergence's red")
         browser.screenshot(os.path.join(work, "report-compare-bug.png"))
+
+    # 8. A served request's trace: prefix-cache hits drawn in the KV blocks.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    traces = os.path.join(work, "served")
+    shutil.rmtree(traces, ignore_errors=True)
+    server = subprocess.Popen([journey, "serve", "--model", "data/stories260K", "--port", str(port), "--block-size", "4",
+                               "--trace-dir", traces, "--threads", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.1)
+        dumps = []
+        for _ in range(2):
+            body = json.dumps({"model": "stories260K", "prompt": "Once upon a time, there was a little girl named Lily.",
+                               "max_tokens": 8, "temperature": 0, "journey_trace": True}).encode()
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+            dumps.append(json.load(urllib.request.urlopen(request, timeout=60))["journey_trace"])
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    served = os.path.join(work, "served.html")
+    run([tracer, "report", dumps[1], "--out", served])
+    open_report(browser, served)
+    kv = browser.evaluate("""({blocks: window.journeyReport.drawn.kvBlocks, cached: document.querySelectorAll('.cellkv.cached').length,
+                               note: document.getElementById('kv-note').innerText})""")
+    print("served request, step 0:", kv)
+    expect(kv["blocks"] >= 3 and kv["cached"] >= 4, f"the served request's prefix-cache hits are not drawn: {kv}")
+    expect("prefix cache" in kv["note"], f"the KV note does not mention the prefix cache: {kv['note']!r}")
 finally:
     browser.close()
 

@@ -215,7 +215,7 @@ function nodeLines(id, si) {
   if (id === 'tokens') {
     if (st.kind === 'prefill') {
       const ids = st.positions.map(p => P[p] ? P[p][0] : -1);
-      return [ids.length + ' tokens fed', ids.slice(0, 8).map(i => i + ' ' + shown(piece(i))).join(' | ') + (ids.length > 8 ? ' | …' : ''),
+      return [ids.length + (ids.length === 1 ? ' token fed' : ' tokens fed'), ids.slice(0, 8).map(i => i + ' ' + shown(piece(i))).join(' | ') + (ids.length > 8 ? ' | …' : ''),
               'positions ' + st.positions[0] + '…' + st.positions[st.positions.length - 1]];
     }
     const p = st.positions[0];
@@ -307,9 +307,12 @@ function drawLens() {
 }
 function drawPipeline() {
   const p = S.sel;
-  const owner = steps.find(s => s.positions.length && s.positions[s.positions.length - 1] === p && s.pipeline.stages);
-  if (!owner) {
-    $('pipeline-note').textContent = 'nothing is sampled at position ' + p + ': it is inside the prompt, so its next token is given, not drawn. Select the last token of a step (the scrubber does).';
+  const owner = steps.find(s => s.positions.length && s.positions[s.positions.length - 1] === p);
+  if (!owner || !owner.pipeline.stages) {
+    $('pipeline-note').textContent = !owner
+      ? 'nothing is sampled at position ' + p + ': it is inside the prompt, so its next token is given, not drawn. Select the last token of a step (the scrubber does).'
+      : 'step ' + owner.step + (owner.sampled ? ' sampled ' + shown(piece(owner.sampled.id)) + ' (p = ' + fmt(owner.sampled.prob) + ')' : ' sampled nothing') +
+        '; the sampler\'s distributions are not in this dump (journey serve --trace-dir records token ids and KV blocks; journey trace records every stage).';
     $('pipeline').innerHTML = ''; drawn.pipelineStages = 0; return;
   }
   const pl = owner.pipeline, pick = owner.sampled ? owner.sampled.id : -1;
