@@ -364,13 +364,14 @@ std::string inline_svg(std::string svg) {
   return start == std::string::npos ? svg : svg.substr(start);
 }
 
-// Text inside <script>: "</" would end the element early.
-std::string script_safe(const std::string& text) {
+// JSON inside <script>: every "<" written as \u003c (still the same JSON), so that no text of the
+// run ("</script>", "<!--") can end or change the element.
+std::string script_safe(const std::string& json_text) {
   std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '<' && i + 1 < text.size() && text[i + 1] == '/') out += "<\\";
-    else out += text[i];
+  out.reserve(json_text.size());
+  for (char c : json_text) {
+    if (c == '<') out += "\\u003c";
+    else out += c;
   }
   return out;
 }

@@ -147,10 +147,11 @@ const tokEls = [];
 P.forEach((t, p) => {
   const el = document.createElement('span');
   const pc = piece(t[0]);
-  el.className = 'tok' + (t[1] ? ' gen' : '') + (isSpecial(pc) ? ' special' : '') + (t[2] < 0 ? ' last' : '');
+  el.className = 'tok' + (t[1] ? ' gen' : '') + (isSpecial(pc) ? ' special' : '') + (t[1] && t[2] < 0 ? ' last' : '');
   el.textContent = shown(pc);
   const sampledAt = t[3] >= 0 ? steps[stepIdx[t[3]]] : null;
-  el.title = 'position ' + p + ' · id ' + t[0] + (t[2] >= 0 ? ' · fed at step ' + t[2] : ' · sampled last, never fed') +
+  el.title = 'position ' + p + ' · id ' + t[0] + (t[2] >= 0 ? ' · fed at step ' + t[2]
+    : t[1] ? ' · sampled last, never fed' : ' · not fed in this dump (taken from the prefix cache)') +
     (sampledAt && sampledAt.sampled ? ' · sampled at step ' + t[3] + ' with p = ' + sampledAt.sampled.prob : '');
   el.dataset.pos = p;
   el.setAttribute('role', 'option');
@@ -241,6 +242,12 @@ function compareMark(name, si) {
   return 'bad';
 }
 const SEVERITY = {only: 0, ok: 1, missing: 2, bad: 3, first: 4};
+// Beyond tolerance, shaded by the size of the error: NMSE 1e-8 light orange ... 1e-1 and more deep orange.
+function errorShade(nmse) {
+  const t = Math.max(0, Math.min(1, (Math.log10(Math.max(nmse, 1e-12)) + 8) / 7));
+  const mix = (a, b) => Math.round(a + (b - a) * t);
+  return 'rgb(' + mix(255, 245) + ',' + mix(224, 130) + ',' + mix(178, 50) + ')';
+}
 function fillOf(g) { return [...g.querySelectorAll('path,polygon')].find(e => { const f = e.getAttribute('fill'); return f && f !== 'none' && f !== 'transparent'; }); }
 function drawDiagram() {
   let relabelled = 0;
@@ -264,7 +271,9 @@ function drawDiagram() {
         Object.keys(D.compare.steps[S.step]).filter(n => n.startsWith(pre)).forEach(n => {
           const m = compareMark(n, S.step); if (m && (!mark || SEVERITY[m] > SEVERITY[mark])) mark = m; });
       }
-      shape.setAttribute('fill', mark ? MARK[mark] : shape.dataset.fill);
+      let fill = mark ? MARK[mark] : shape.dataset.fill;
+      if (mark === 'bad' && id.startsWith('n_')) fill = errorShade(D.compare.steps[S.step][id.slice(2)][1]);
+      shape.setAttribute('fill', fill);
     }
     g.classList.toggle('selected-layer', id === 'layer_' + S.layer);
   });
@@ -487,7 +496,7 @@ if (D.compare) {
     (c.ok ? '<b>SAME: every stage within tolerance</b>' : '<b>DIVERGED: first at ' + esc(c.first.name) + ' (step ' + c.first.step + ')</b> — ' +
       esc(c.first.status) + ' <button id="gofirst">show it</button><details><summary>the numbers</summary><pre>' + esc(c.first.text) + '</pre></details>');
   const lg = $('legend'); lg.hidden = false;
-  lg.innerHTML = 'A against B: <span style="background:' + MARK.ok + '">within tolerance</span><span style="background:' + MARK.bad + '">beyond (inherits)</span><span style="background:' +
+  lg.innerHTML = 'A against B: <span style="background:' + MARK.ok + '">within tolerance</span><span style="background:' + errorShade(1e-6) + '">beyond tolerance (darker: larger NMSE)</span><span style="background:' +
     MARK.first + '">first divergence</span><span style="background:' + MARK.missing + '">missing in A</span>';
   if ($('gofirst')) $('gofirst').onclick = () => { setStep(stepIdx[c.first.step] || 0); if (c.first.layer >= 0) { S.layer = c.first.layer; render(); } };
 }
