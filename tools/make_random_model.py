@@ -44,6 +44,11 @@ PRESETS = {
                          num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
                          max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
                          tie_word_embeddings=True),
+    # SmolLM2-135M-Instruct's shape (its real weights ship as a 98 MB GGUF: models/, scripts/install-deps.sh)
+    "smollm2-135m": dict(model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
+                         max_position_embeddings=8192, rope_theta=100000.0, rms_norm_eps=1e-5,
+                         tie_word_embeddings=True),
     "llama-7b": dict(model_type="llama", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                      num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
                      max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-5,

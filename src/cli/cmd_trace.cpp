@@ -99,6 +99,7 @@ void run_trace(const TraceArgs& args) {
   session.backend->allocate_kv_cache((positions + args.kv_block_size - 1) / args.kv_block_size, args.kv_block_size);
 
   DumpSink sink(args.out, filters);
+  sink.set_step(0, "prefill", prefill_positions(ids.size()));  // before the template text, which belongs to step 0
   if (args.chat && sink.wants(Stage::template_text, -1)) {
     std::vector<int32_t> bytes(template_text.begin(), template_text.end());  // [n_bytes]
     for (auto& b : bytes) b = static_cast<unsigned char>(b);

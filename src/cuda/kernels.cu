@@ -15,8 +15,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "core/error.h"
+#include "quant/blocks.h"
 
 namespace journey::cuda {
 
@@ -69,6 +71,113 @@ void dispatch_weight_type(DType type, const char* op, F&& f) {
     case DType::F16: f(__half{}); break;
     default: fail("cuda::", op, ": weights must be f32, bf16 or f16, found ", dtype_name(type));
   }
+}
+
+// ---- quantized weights (GGUF blocks, quant/blocks.h) ---------------------------------------------
+//
+// A quantized matrix stays in its blocks on the device; a kernel dequantizes each weight where it
+// uses it, with the formulas of quant/dequantize.cpp (the reference the tests compare with), and,
+// like that file (compiled with -ffp-contract=off), without fusing a multiply and an add: the
+// __fmul_rn/__fadd_rn intrinsics are never contracted, so a dequantized weight is bit-identical to
+// the reference's. QuantFormat<Block>: weights per block and weight(block, i).
+
+__device__ __forceinline__ float half_bits_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+
+template <typename Block> struct QuantFormat;
+
+template <> struct QuantFormat<quant::block_q8_0> {
+  static constexpr int kWeights = quant::kQK;
+  // w = d * qs[i]
+  __device__ static float weight(const quant::block_q8_0& b, int i) {
+    return __fmul_rn(half_bits_to_float(b.d), float(b.qs[i]));
+  }
+};
+
+template <> struct QuantFormat<quant::block_q4_0> {
+  static constexpr int kWeights = quant::kQK;
+  // w = d * (q - 8); weight j is the low nibble of qs[j], weight j + 16 its high nibble
+  __device__ static float weight(const quant::block_q4_0& b, int i) {
+    const int q = i < 16 ? (b.qs[i] & 0x0F) : (b.qs[i - 16] >> 4);
+    return __fmul_rn(half_bits_to_float(b.d), float(q - 8));
+  }
+};
+
+template <> struct QuantFormat<quant::block_q4_1> {
+  static constexpr int kWeights = quant::kQK;
+  // w = d * q + m
+  __device__ static float weight(const quant::block_q4_1& b, int i) {
+    const int q = i < 16 ? (b.qs[i] & 0x0F) : (b.qs[i - 16] >> 4);
+    return __fadd_rn(__fmul_rn(half_bits_to_float(b.d), float(q)), half_bits_to_float(b.m));
+  }
+};
+
+template <> struct QuantFormat<quant::block_q4_k> {
+  static constexpr int kWeights = quant::kQK_K;
+  // w = d * sc[g] * q - dmin * m[g], g = i / 32, the 6-bit sc/m unpacked as quant::scale_min_k4
+  __device__ static float weight(const quant::block_q4_k& b, int i) {
+    const int g = i / 32;
+    int sc, m;
+    if (g < 4) {
+      sc = b.scales[g] & 63, m = b.scales[g + 4] & 63;
+    } else {
+      sc = (b.scales[g + 4] & 0xF) | ((b.scales[g - 4] >> 6) << 4);
+      m = (b.scales[g + 4] >> 4) | ((b.scales[g] >> 6) << 4);
+    }
+    const int chunk = i / 64, within = i % 64;
+    const uint8_t byte = b.qs[chunk * 32 + within % 32];
+    const int q = within < 32 ? (byte & 0xF) : (byte >> 4);
+    const float scaled = __fmul_rn(__fmul_rn(half_bits_to_float(b.d), float(sc)), float(q));
+    return __fsub_rn(scaled, __fmul_rn(half_bits_to_float(b.dmin), float(m)));
+  }
+};
+
+template <> struct QuantFormat<quant::block_q6_k> {
+  static constexpr int kWeights = quant::kQK_K;
+  // w = d * scales[i / 16] * (q - 32), q = 4 low bits from ql | 2 high bits from qh
+  __device__ static float weight(const quant::block_q6_k& b, int i) {
+    const int half_index = i / 128, within = i % 128, quarter = within / 32, l = within % 32;
+    const uint8_t low_byte = b.ql[64 * half_index + l + 32 * (quarter % 2)];
+    const int low4 = quarter < 2 ? (low_byte & 0xF) : (low_byte >> 4);
+    const int high2 = (b.qh[32 * half_index + l] >> (2 * quarter)) & 3;
+    const int q = (low4 | high2 << 4) - 32;
+    return __fmul_rn(__fmul_rn(half_bits_to_float(b.d), float(b.scales[i / 16])), float(q));
+  }
+};
+
+template <typename W> constexpr bool kIsBlock = false;
+template <> constexpr bool kIsBlock<quant::block_q8_0> = true;
+template <> constexpr bool kIsBlock<quant::block_q4_0> = true;
+template <> constexpr bool kIsBlock<quant::block_q4_1> = true;
+template <> constexpr bool kIsBlock<quant::block_q4_k> = true;
+template <> constexpr bool kIsBlock<quant::block_q6_k> = true;
+
+// The elements of one row (plain types) or blocks of one row (block types) for a row of `in` weights.
+template <typename W>
+__host__ __device__ constexpr int64_t row_units(int64_t in) {
+  if constexpr (kIsBlock<W>) return in / QuantFormat<W>::kWeights;
+  else return in;
+}
+
+// dispatch_weight_type plus the block types the device keeps as stored.
+template <typename F>
+void dispatch_any_weight(DType type, const char* op, F&& f) {
+  switch (type) {
+    case DType::Q8_0: f(quant::block_q8_0{}); break;
+    case DType::Q4_0: f(quant::block_q4_0{}); break;
+    case DType::Q4_1: f(quant::block_q4_1{}); break;
+    case DType::Q4_K: f(quant::block_q4_k{}); break;
+    case DType::Q6_K: f(quant::block_q6_k{}); break;
+    case DType::F32: case DType::BF16: case DType::F16: dispatch_weight_type(type, op, f); break;
+    default:
+      fail("cuda::", op, ": weights must be f32, bf16, f16, q8_0, q4_0, q4_1, q4_K or q6_K, found ", dtype_name(type));
+  }
+}
+
+// Blocks must tile every row: `in` a multiple of the block's weights.
+void check_block_row(const char* op, DType type, int64_t in) {
+  const int64_t block = dtype_block_size(type);
+  if (block > 1 && in % block != 0)
+    fail("cuda::", op, ": rows of ", in, " weights cannot be stored as ", dtype_name(type), " blocks of ", block);
 }
 
 unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
@@ -148,8 +257,28 @@ __device__ T block_inclusive_scan(T v, T* smem, T* total) {
 template <typename W>
 __global__ void embedding_gather_kernel(float* out, const W* table, const int32_t* tokens, int64_t E) {
   const int64_t t = blockIdx.x;
-  const W* row = table + int64_t(tokens[t]) * E;
-  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) out[t * E + e] = to_f32(row[e]);
+  const W* row = table + int64_t(tokens[t]) * row_units<W>(E);
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    if constexpr (kIsBlock<W>) {
+      constexpr int kWeights = QuantFormat<W>::kWeights;
+      out[t * E + e] = QuantFormat<W>::weight(row[e / kWeights], int(e % kWeights));
+    } else {
+      out[t * E + e] = to_f32(row[e]);
+    }
+  }
+}
+
+// T > 1 with quantized weights: the matrix dequantized into a bf16 scratch for cuBLAS; one warp
+// per block, lanes across its weights.
+template <typename Block>
+__global__ void dequantize_to_bf16_kernel(__nv_bfloat16* out, const Block* blocks, int64_t count) {
+  constexpr int kWeights = QuantFormat<Block>::kWeights;
+  const int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (b >= count) return;
+#pragma unroll
+  for (int i = lane; i < kWeights; i += 32)
+    out[b * kWeights + i] = __float2bfloat16_rn(QuantFormat<Block>::weight(blocks[b], i));
 }
 
 __global__ void rms_norm_kernel(float* out, const float* x, const float* weight, int64_t N, float eps) {
@@ -275,6 +404,24 @@ __device__ __forceinline__ float dot_chunk(const uint4& raw, const float* x) {
   return acc;
 }
 
+// dot_chunk with x read from shared memory as float4 (x + c * kVec is 16-byte aligned in v4);
+// the same products added in the same order.
+template <typename W>
+__device__ __forceinline__ float dot_chunk_aligned(const uint4& raw, const float* x) {
+  constexpr int kVec = 16 / sizeof(W);
+  const W* w = reinterpret_cast<const W*>(&raw);
+  float xs[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; j += 4) {
+    const float4 x4 = *reinterpret_cast<const float4*>(x + j);
+    xs[j] = x4.x, xs[j + 1] = x4.y, xs[j + 2] = x4.z, xs[j + 3] = x4.w;
+  }
+  float acc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) acc += to_f32(w[j]) * xs[j];
+  return acc;
+}
+
 template <typename W>
 __global__ void gemv_v2_kernel(float* y, const float* __restrict__ x, const W* __restrict__ weight,
                                const float* __restrict__ bias, int64_t in, int64_t out, bool vector_loads) {
@@ -340,6 +487,183 @@ __global__ void gemv_v3_kernel(float* y, const float* __restrict__ x, const W* _
 }
 
 constexpr int64_t kV3MaxSharedBytes = 48 * 1024;  // default dynamic shared memory without opt-in
+
+// v3 WHY v4: measured on the H200 (docs/cuda.md), the whole decode step of the 1.1B shape ran at
+// 11% of the bandwidth ceiling. Each warp of v3 keeps 2 loads of 16 bytes per lane in flight and
+// starts loading only after x is staged; a 2048 x 2048 matrix is 8 MB, which HBM delivers in
+// ~1.7 us, while one round trip to memory takes ~0.7 us, so the kernel is latency-bound: it needs
+// several MB in flight at once (Little's law: 4.8 TB/s x 0.7 us = 3.4 MB), not 128 KB.
+
+// v4: every lane issues ALL the 16-byte loads of its next kUnroll chunks of TWO rows (16 loads,
+// 256 bytes per lane, 8 KB per warp) before using any, and the first batch is issued before x is
+// staged, so staging x (and normalizing it, for the fused variants) overlaps the weights' flight.
+// Launched with programmatic dependent launch (LinearContext::early_launch), that first batch is
+// even issued while the PREVIOUS kernel still runs: griddepcontrol.wait comes only before x.
+// One kernel also serves several products of one input (linear_shared_input: q/k/v, gate/up): a
+// warp's two rows are consecutive rows over all targets. The template picks the prologue
+// (x or rms_norm(x) into shared memory) and the epilogue (store, add into y, or SwiGLU of a gate
+// row and an up row).
+constexpr int kGemvThreads = kBlock;  // 256: the normalizing prologue then sums x exactly as rms_norm_kernel
+constexpr int kGemvWarps = kGemvThreads / 32;
+constexpr int kGemvUnroll = 8;
+
+enum class Epilogue : int {
+  Store,       // y = acc + bias
+  Accumulate,  // y += acc + bias (the residual add after a projection)
+  SwiGLU,      // act = silu(gate row) * (up row): targets[0] = gate (y = act), targets[1] = up
+};
+
+struct GemvTarget {
+  const void* weight;  // [rows, in]
+  const float* bias;   // [rows] or nullptr
+  float* y;            // [rows]
+  int64_t rows;
+};
+
+struct GemvArgs {
+  const float* x;            // [in]
+  const float* norm_weight;  // [in]: stage rms_norm(x) * norm_weight (kNorm)
+  float eps;
+  int64_t in;
+  int64_t total_rows;        // Store/Accumulate: rows of all targets; SwiGLU: rows of one
+  int num_targets;
+  GemvTarget targets[kMaxLinearTargets];
+};
+
+// Programmatic dependent launch (sm_90): no-ops when the kernel was launched without it.
+__device__ __forceinline__ void let_next_kernel_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+template <typename W, bool kNorm, Epilogue kEpilogue>
+__global__ void __launch_bounds__(kGemvThreads) gemv_v4_kernel(const GemvArgs args, const bool vector_loads) {
+  constexpr int kVec = kIsBlock<W> ? 1 : 16 / sizeof(W);  // (block types never take the 16-byte path)
+  extern __shared__ float x_shared[];  // [in]
+  __shared__ float reduce_smem[32];
+  let_next_kernel_launch();
+  const int lane = threadIdx.x & 31;
+  const int64_t warp_index = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
+  const int64_t in = args.in;
+
+  // The two rows of this warp (nullptr: past the end) and where each one's result goes.
+  const W* row[2] = {nullptr, nullptr};
+  int target[2] = {0, 0};
+  int64_t local[2] = {0, 0};
+  if constexpr (kEpilogue == Epilogue::SwiGLU) {
+    if (warp_index < args.total_rows) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        target[r] = r;
+        local[r] = warp_index;
+        row[r] = static_cast<const W*>(args.targets[r].weight) + warp_index * row_units<W>(in);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      int64_t g = warp_index * 2 + r;
+      if (g >= args.total_rows) continue;
+      int t = 0;
+      while (g >= args.targets[t].rows) g -= args.targets[t].rows, ++t;  // total_rows keeps t in range
+      target[r] = t;
+      local[r] = g;
+      row[r] = static_cast<const W*>(args.targets[t].weight) + g * row_units<W>(in);
+    }
+  }
+
+  // The first batch of weights goes out before anything else: it depends on no earlier kernel.
+  const int64_t chunks = vector_loads ? in / kVec : 0;
+  uint4 w[2][kGemvUnroll];
+  auto load_batch = [&](int64_t base) {
+    if constexpr (!kIsBlock<W>) {
+#pragma unroll
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        const int64_t c = base + 32 * u;
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          w[r][u] = row[r] != nullptr && c < chunks ? __ldcs(reinterpret_cast<const uint4*>(row[r]) + c)
+                                                    : make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+  };
+  load_batch(lane);
+
+  // x (or rms_norm(x) * norm_weight, the same arithmetic as rms_norm_kernel) into shared memory
+  wait_for_previous_kernel();
+  float sum_sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < in; i += kGemvThreads) {
+    const float v = args.x[i];
+    x_shared[i] = v;
+    if constexpr (kNorm) sum_sq += v * v;
+  }
+  if constexpr (kNorm) {
+    sum_sq = block_sum(sum_sq, reduce_smem);
+    const float inv_rms = 1.0f / sqrtf(sum_sq / float(in) + args.eps);
+    for (int64_t i = threadIdx.x; i < in; i += kGemvThreads) x_shared[i] = x_shared[i] * inv_rms * args.norm_weight[i];
+  }
+  __syncthreads();
+
+  float acc[2] = {0.0f, 0.0f};
+  if constexpr (kIsBlock<W>) {
+    // quantized rows: block by block, lane j dequantizing weights j, j + 32, ... of each block
+    using Format = QuantFormat<W>;
+    // (no prefetch before the wait here; unrolled so that several blocks' loads are in flight)
+    const int64_t blocks = in / Format::kWeights;
+#pragma unroll 4
+    for (int64_t b = 0; b < blocks; ++b) {
+#pragma unroll
+      for (int i = lane; i < Format::kWeights; i += 32) {
+        const float xi = x_shared[b * Format::kWeights + i];
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          if (row[r] != nullptr) acc[r] += Format::weight(row[r][b], i) * xi;
+      }
+    }
+  } else if (vector_loads) {
+    for (int64_t base = lane; base < chunks; base += 32 * kGemvUnroll) {
+      if (base != lane) load_batch(base);
+#pragma unroll
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        const int64_t c = base + 32 * u;
+        if (c < chunks) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) acc[r] += dot_chunk_aligned<W>(w[r][u], x_shared + c * kVec);
+        }
+      }
+    }
+  } else {
+    for (int64_t i = lane; i < in; i += 32) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (row[r] != nullptr) acc[r] += to_f32(row[r][i]) * x_shared[i];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) acc[r] = warp_sum(acc[r]);
+  if (lane != 0) return;
+  if constexpr (kEpilogue == Epilogue::SwiGLU) {
+    if (row[0] != nullptr) {
+      const float gate = acc[0] + 0.0f, up = acc[1] + 0.0f;  // "+ 0.0f": what Store writes, so fused == unfused
+      args.targets[0].y[local[0]] = gate / (1.0f + expf(-gate)) * up;  // swiglu_kernel's expression
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (row[r] == nullptr) continue;
+      const GemvTarget& t = args.targets[target[r]];
+      const float value = acc[r] + (t.bias ? t.bias[local[r]] : 0.0f);
+      if constexpr (kEpilogue == Epilogue::Accumulate) t.y[local[r]] = t.y[local[r]] + value;
+      else t.y[local[r]] = value;
+    }
+  }
+}
 
 // ---- attention ---------------------------------------------------------------------------------
 //
@@ -458,6 +782,150 @@ __global__ void kv_cache_write_kernel(float* k_pool, float* v_pool, const float*
   for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
     k_pool[slot * row + i] = k[t * row + i];
     v_pool[slot * row + i] = v[t * row + i];
+  }
+}
+
+// ---- batched decode: S sequences, one token each ------------------------------------------------
+//
+// What the per-sequence kernels above take as scalar arguments (start, the block table) these read
+// from device memory, so a CUDA graph captured once replays every later step of the batch.
+
+// One block per sequence; a warp per head (q heads, then k heads): the optional per-head RMSNorm
+// (warp-wide sum of squares), RoPE with rope_kernel's arithmetic, q rotated in place, k written
+// rotated into its pool slot; then v copied into the slot.
+__global__ void rope_kv_cache_write_decode_kernel(float* q, const float* k, const float* v, float* k_pool,
+                                                  float* v_pool, const float* q_norm, const float* k_norm, float eps,
+                                                  const int64_t* positions, const int32_t* block_tables,
+                                                  int64_t table_stride, int64_t block_size, int64_t H, int64_t KVH,
+                                                  int64_t D, float theta, bool half_split) {
+  let_next_kernel_launch();
+  const int64_t s = blockIdx.x;
+  const int64_t position = positions[s];
+  const int32_t* table = block_tables + s * table_stride;
+  const int64_t slot = int64_t(table[position / block_size]) * block_size + position % block_size;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int64_t half = D / 2;
+  const float fposition = float(position);
+  for (int64_t head = warp; head < H + KVH; head += warps) {
+    const bool is_q = head < H;
+    const float* src = is_q ? q + (s * H + head) * D : k + (s * KVH + head - H) * D;
+    float* dst = is_q ? q + (s * H + head) * D : k_pool + (slot * KVH + head - H) * D;
+    const float* norm = is_q ? q_norm : k_norm;
+    float inv_rms = 1.0f;
+    if (norm != nullptr) {
+      float sum_sq = 0.0f;
+      for (int64_t d = lane; d < D; d += 32) sum_sq += src[d] * src[d];
+      sum_sq = warp_sum(sum_sq);  // every lane has read its values before any lane writes below
+      inv_rms = 1.0f / sqrtf(sum_sq / float(D) + eps);
+    }
+    for (int64_t i = lane; i < half; i += 32) {
+      const int64_t a = half_split ? i : 2 * i;
+      const int64_t b = half_split ? i + half : 2 * i + 1;
+      float x0 = src[a], x1 = src[b];
+      if (norm != nullptr) x0 = x0 * inv_rms * norm[a], x1 = x1 * inv_rms * norm[b];
+      const float inv_freq = 1.0f / powf(theta, float(2 * i) / float(D));
+      const float angle = fposition * inv_freq;
+      const float c = cosf(angle), sn = sinf(angle);
+      dst[a] = x0 * c - x1 * sn;
+      dst[b] = x0 * sn + x1 * c;
+    }
+  }
+  const int64_t row = KVH * D;
+  for (int64_t i = threadIdx.x; i < row; i += blockDim.x) v_pool[slot * row + i] = v[s * row + i];
+}
+
+// One block of kDecodeTile threads per (query head, sequence). The positions are walked in tiles of
+// kDecodeTile, one position per thread: its key row is read with 16-byte loads (all of a thread's
+// loads are independent, so a tile costs about one memory round trip), then the tile's max and
+// sum update the running max and sum (online softmax, as flash-decoding), and the threads, now in
+// groups that each own D/kVec lanes of the head, add weight * value over the tile's positions.
+// Shared memory is a few KB whatever the context length. context = (sum_p e_p v_p) / (sum_p e_p):
+// the same quantity as the reference's sum_p (e_p / sum) v_p, rounded differently.
+constexpr int kDecodeTile = 256;
+
+template <int kVec>  // 4: float4 loads over D (D % 4 == 0); 1: scalar (D <= kDecodeTile)
+__global__ void __launch_bounds__(kDecodeTile)
+    paged_attention_decode_kernel(float* context, const float* q, const float* k_pool, const float* v_pool,
+                                  const int64_t* positions, const int32_t* block_tables, int64_t table_stride,
+                                  int64_t block_size, int64_t H, int64_t KVH, int64_t D, float scale) {
+  extern __shared__ float shared[];
+  float* query = shared;                                                  // [D]
+  float* weight = query + D;                                              // [kDecodeTile] e_p of the tile
+  int64_t* slot_of = reinterpret_cast<int64_t*>(weight + kDecodeTile);    // [kDecodeTile] (D is even: 8-byte aligned)
+  float* partial = reinterpret_cast<float*>(slot_of + kDecodeTile);       // [groups, D]
+  __shared__ float smem[32];
+  let_next_kernel_launch();
+  const int64_t h = blockIdx.x, s = blockIdx.y, kv_head = h / (H / KVH);
+  const int64_t P = positions[s] + 1;
+  const int32_t* table = block_tables + s * table_stride;
+  const int tid = threadIdx.x;
+  for (int64_t d = tid; d < D; d += kDecodeTile) query[d] = q[(s * H + h) * D + d];
+  __syncthreads();
+
+  const int64_t dim_threads = D / kVec;               // threads that cover one value row
+  const int64_t groups = kDecodeTile / dim_threads;   // value rows summed side by side
+  const int64_t group = tid / dim_threads;
+  const int64_t d0 = (tid % dim_threads) * kVec;
+  const bool sums_values = group < groups;
+  float acc[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) acc[j] = 0.0f;
+  float running_max = -INFINITY, running_sum = 0.0f;
+  const float* key_base = k_pool + kv_head * D;
+  for (int64_t tile = 0; tile < P; tile += kDecodeTile) {
+    const int64_t p = tile + tid;
+    float score = -INFINITY;
+    if (p < P) {
+      const int64_t slot = int64_t(table[p / block_size]) * block_size + p % block_size;
+      slot_of[tid] = slot;
+      const float* key = key_base + slot * KVH * D;
+      float dot = 0.0f;
+      if constexpr (kVec == 4) {
+#pragma unroll 8
+        for (int64_t d = 0; d < D; d += 4) {
+          const float4 k4 = *reinterpret_cast<const float4*>(key + d);
+          dot += query[d] * k4.x + query[d + 1] * k4.y + query[d + 2] * k4.z + query[d + 3] * k4.w;
+        }
+      } else {
+        for (int64_t d = 0; d < D; ++d) dot += query[d] * key[d];
+      }
+      score = dot * scale;
+    }
+    const float tile_max = block_max(score, smem);
+    const float new_max = fmaxf(running_max, tile_max);
+    const float e = p < P ? expf(score - new_max) : 0.0f;
+    weight[tid] = e;
+    const float tile_sum = block_sum(e, smem);  // its barriers also publish weight[] and slot_of[]
+    const float correction = running_max == -INFINITY ? 0.0f : expf(running_max - new_max);
+    running_sum = running_sum * correction + tile_sum;
+    running_max = new_max;
+    const int64_t n = P - tile < kDecodeTile ? P - tile : kDecodeTile;
+    if (sums_values) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) acc[j] *= correction;
+#pragma unroll 4
+      for (int64_t i = group; i < n; i += groups) {
+        const float wi = weight[i];
+        const float* value = v_pool + (slot_of[i] * KVH + kv_head) * D + d0;
+        if constexpr (kVec == 4) {
+          const float4 v4 = *reinterpret_cast<const float4*>(value);
+          acc[0] += wi * v4.x, acc[1] += wi * v4.y, acc[2] += wi * v4.z, acc[3] += wi * v4.w;
+        } else {
+          acc[0] += wi * value[0];
+        }
+      }
+    }
+    __syncthreads();  // the next tile rewrites weight[] and slot_of[]
+  }
+  if (sums_values) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) partial[group * D + d0 + j] = acc[j];
+  }
+  __syncthreads();
+  for (int64_t d = tid; d < D; d += kDecodeTile) {
+    float total = 0.0f;
+    for (int64_t g = 0; g < groups; ++g) total += partial[g * D + d];
+    context[(s * H + h) * D + d] = total / running_sum;
   }
 }
 
@@ -614,17 +1082,109 @@ __global__ void __launch_bounds__(kSampleBlock) sample_kernel(int32_t* ids, cons
   if (threadIdx.x == 0) ids[r] = int32_t(found < V ? found : last_nonzero);
 }
 
-}  // namespace
-
 // ---- launchers -----------------------------------------------------------------------------------
 
-void embedding_gather(float* out, const void* table, DType table_type, const int32_t* tokens, int64_t T, int64_t E,
-                      cudaStream_t stream) {
+bool g_early_launch_refused = false;  // set once if the driver refuses programmatic dependent launch
+
+// Launches `kernel` on `stream`; with `early`, as a programmatic dependent launch (Hopper): the
+// kernel may start before the previous one on the stream ends and must wait for it itself
+// (wait_for_previous_kernel) before reading what that kernel wrote.
+template <typename... Params, typename... Args>
+void launch_kernel(const char* op, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                   cudaStream_t stream, bool early, const Args&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = early && stream != nullptr && !g_early_launch_refused ? 1 : 0;  // (not on the legacy stream)
+  cudaError_t status = cudaLaunchKernelEx(&config, kernel, args...);
+  if (status != cudaSuccess && config.numAttrs == 1) {
+    // a driver that refuses the attribute: launch plainly, and never ask again (early_launch_refused())
+    (void)cudaGetLastError();
+    g_early_launch_refused = true;
+    config.numAttrs = 0;
+    status = cudaLaunchKernelEx(&config, kernel, args...);
+  }
+  check_cuda(status, op, __FILE__, __LINE__);
+}
+
+// Dynamic shared memory beyond the default 48 KB needs the kernel's opt-in, up to the device limit.
+template <typename Kernel>
+void allow_shared_memory(const char* op, Kernel kernel, size_t bytes, const char* why) {
+  if (bytes <= 48 * 1024) return;
+  int device = 0, optin = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice", __FILE__, __LINE__);
+  check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute",
+             __FILE__, __LINE__);
+  if (bytes > size_t(optin))
+    fail("cuda::", op, ": needs ", bytes, " bytes of shared memory per block (", why, "), the device allows ", optin);
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+             "cudaFuncSetAttribute", __FILE__, __LINE__);
+}
+
+// The one launcher of gemv_v4_kernel: checks the targets, picks the instantiation, sizes the grid.
+void launch_gemv_v4(const char* op, const GemvArgs& args, DType type, bool norm, Epilogue epilogue,
+                    cudaStream_t stream, bool early) {
+  if (args.in <= 0) fail("cuda::", op, ": in = ", args.in, " must be positive");
+  if (args.total_rows <= 0) return;
+  const size_t shared_bytes = size_t(args.in) * sizeof(float);
+  check_block_row(op, type, args.in);
+  dispatch_any_weight(type, op, [&](auto w) {
+    using W = decltype(w);
+    bool vector_loads = false;  // 16-byte loads: plain types whose every row starts 16-byte aligned
+    if constexpr (!kIsBlock<W>) {
+      constexpr int kVec = 16 / sizeof(W);
+      vector_loads = args.in % kVec == 0;
+      for (int t = 0; t < args.num_targets; ++t)
+        vector_loads = vector_loads && reinterpret_cast<uintptr_t>(args.targets[t].weight) % 16 == 0;
+    }
+    const int64_t warps = epilogue == Epilogue::SwiGLU ? args.total_rows : (args.total_rows + 1) / 2;
+    const dim3 grid(blocks_for(warps, kGemvWarps));
+    auto run = [&](auto kernel) {
+      allow_shared_memory(op, kernel, shared_bytes, "x staged in shared memory");
+      launch_kernel(op, kernel, grid, dim3(kGemvThreads), shared_bytes, stream, early, args, vector_loads);
+    };
+    if (!norm && epilogue == Epilogue::Store) run(gemv_v4_kernel<W, false, Epilogue::Store>);
+    else if (norm && epilogue == Epilogue::Store) run(gemv_v4_kernel<W, true, Epilogue::Store>);
+    else if (norm && epilogue == Epilogue::SwiGLU) run(gemv_v4_kernel<W, true, Epilogue::SwiGLU>);
+    else if (!norm && epilogue == Epilogue::Accumulate) run(gemv_v4_kernel<W, false, Epilogue::Accumulate>);
+    else fail("cuda::", op, ": no GEMV variant for this prologue/epilogue pair");
+  });
+}
+
+// The GemvArgs of linear_shared_input's targets (all of one weight type).
+GemvArgs gemv_args(const char* op, const float* x, int64_t in, LinearTargets targets) {
+  if (targets.empty() || targets.size() > size_t(kMaxLinearTargets))
+    fail("cuda::", op, ": ", targets.size(), " targets, expected 1 to ", kMaxLinearTargets);
+  GemvArgs args{};
+  args.x = x;
+  args.in = in;
+  args.num_targets = int(targets.size());
+  for (size_t t = 0; t < targets.size(); ++t) {
+    const LinearTarget& target = targets[t];
+    if (target.out <= 0) fail("cuda::", op, ": target ", t, " has out = ", target.out, ", expected > 0");
+    args.targets[t] = GemvTarget{target.weight.data, target.bias, target.y, target.out};
+    args.total_rows += target.out;
+  }
+  return args;
+}
+
+}  // namespace
+
+bool early_launch_refused() { return g_early_launch_refused; }
+
+void embedding_gather(float* out, WeightView table, const int32_t* tokens, int64_t T, int64_t E, cudaStream_t stream) {
   check_rows("embedding_gather", T, E);
   if (T == 0) return;
-  dispatch_weight_type(table_type, "embedding_gather", [&](auto w) {
+  check_block_row("embedding_gather", table.type, E);
+  dispatch_any_weight(table.type, "embedding_gather", [&](auto w) {
     using W = decltype(w);
-    embedding_gather_kernel<W><<<unsigned(T), kBlock, 0, stream>>>(out, static_cast<const W*>(table), tokens, E);
+    embedding_gather_kernel<W><<<unsigned(T), kBlock, 0, stream>>>(out, static_cast<const W*>(table.data), tokens, E);
   });
   JOURNEY_LAUNCH_CHECK("embedding_gather");
 }
@@ -646,16 +1206,21 @@ void rope(float* x, const int64_t* positions, int64_t T, int64_t heads, int64_t 
   JOURNEY_LAUNCH_CHECK("rope");
 }
 
-void gemv(GemvVersion version, float* y, const float* x, const void* weight, DType weight_type, const float* bias,
-          int64_t in, int64_t out, cudaStream_t stream) {
+void gemv(GemvVersion version, float* y, const float* x, WeightView weight, const float* bias, int64_t in, int64_t out,
+          cudaStream_t stream) {
   check_rows("gemv", out, in);
   if (out == 0) return;
-  dispatch_weight_type(weight_type, "gemv", [&](auto w) {
+  if (version == GemvVersion::v4_prefetch_unrolled) {
+    const LinearTarget target{y, weight, bias, out};
+    launch_gemv_v4("gemv", gemv_args("gemv", x, in, LinearTargets(&target, 1)), weight.type, false, Epilogue::Store, stream, false);
+    return;
+  }
+  dispatch_weight_type(weight.type, "gemv", [&](auto w) {
     using W = decltype(w);
-    const W* matrix = static_cast<const W*>(weight);
+    const W* matrix = static_cast<const W*>(weight.data);
     constexpr int kVec = 16 / sizeof(W);
     // 16-byte loads need every row to start on a 16-byte boundary
-    const bool vector_loads = in % kVec == 0 && reinterpret_cast<uintptr_t>(weight) % 16 == 0;
+    const bool vector_loads = in % kVec == 0 && reinterpret_cast<uintptr_t>(weight.data) % 16 == 0;
     GemvVersion v = version;
     if (v == GemvVersion::v3_shared_x_two_rows && in * int64_t(sizeof(float)) > kV3MaxSharedBytes)
       v = GemvVersion::v2_warp_per_row;  // x does not fit in default shared memory
@@ -677,37 +1242,159 @@ void gemv(GemvVersion version, float* y, const float* x, const void* weight, DTy
   JOURNEY_LAUNCH_CHECK("gemv");
 }
 
-void linear(float* y, const float* x, const void* weight, DType weight_type, const float* bias, int64_t T, int64_t in,
-            int64_t out, const LinearContext& context) {
-  check_rows("linear", T, in);
-  if (out <= 0) fail("cuda::linear: out = ", out, " must be positive");
-  if (T == 0) return;
-  if (T == 1) {
-    gemv(context.gemv, y, x, weight, weight_type, bias, in, out, context.stream);
-    return;
-  }
-  if (context.cublas == nullptr) fail("cuda::linear: T = ", T, " needs a cuBLAS handle in the LinearContext");
+namespace {
+
+// cuBLAS GemmEx for y = x W^T with x already in the weight's type (x_typed), then the bias.
+void gemm(float* y, const void* x_typed, WeightView weight, const float* bias, int64_t T, int64_t in, int64_t out,
+          const LinearContext& context) {
   // cuBLAS is column-major: our row-major W [out, in] is its [in, out] matrix A (lda = in), our X
   // [T, in] its [in, T] matrix B, our Y [T, out] its [out, T] matrix C. Y^T = W X^T is C = A^T B.
-  const void* b_matrix = x;
-  cudaDataType_t type = CUDA_R_32F;
-  if (weight_type == DType::BF16 || weight_type == DType::F16) {
-    const size_t need = size_t(T * in) * 2;
-    if (context.scratch == nullptr || context.scratch_bytes < need)
-      fail("cuda::linear: scratch of ", context.scratch_bytes, " bytes is smaller than the ", need,
-           " needed to narrow a [", T, ", ", in, "] activation");
-    convert_from_f32(context.scratch, weight_type, x, T * in, context.stream);
-    b_matrix = context.scratch;
-    type = weight_type == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
-  } else if (weight_type != DType::F32) {
-    fail("cuda::linear: weights must be f32, bf16 or f16, found ", dtype_name(weight_type));
-  }
+  const cudaDataType_t type = weight.type == DType::BF16 ? CUDA_R_16BF : weight.type == DType::F16 ? CUDA_R_16F
+                                                                                                    : CUDA_R_32F;
   const float alpha = 1.0f, beta = 0.0f;
-  JOURNEY_CUBLAS_CHECK(cublasSetStream(context.cublas, context.stream));
+  // (cublasSetStream also drops a user workspace, so it is called only when the stream changes)
+  cudaStream_t current = nullptr;
+  JOURNEY_CUBLAS_CHECK(cublasGetStream(context.cublas, &current));
+  if (current != context.stream) JOURNEY_CUBLAS_CHECK(cublasSetStream(context.cublas, context.stream));
   JOURNEY_CUBLAS_CHECK(cublasGemmEx(context.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(T), int(in), &alpha,
-                                    weight, type, int(in), b_matrix, type, int(in), &beta, y, CUDA_R_32F, int(out),
+                                    weight.data, type, int(in), x_typed, type, int(in), &beta, y, CUDA_R_32F, int(out),
                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   if (bias) add_bias(y, bias, T, out, context.stream);
+}
+
+// A quantized [rows, in] matrix dequantized into bf16 (cuBLAS has no GGML block types).
+void dequantize_to_bf16(void* out, WeightView weight, int64_t rows, int64_t in, cudaStream_t stream) {
+  check_block_row("dequantize_to_bf16", weight.type, in);
+  dispatch_any_weight(weight.type, "dequantize_to_bf16", [&](auto w) {
+    using W = decltype(w);
+    if constexpr (kIsBlock<W>) {
+      const int64_t count = rows * (in / QuantFormat<W>::kWeights);  // blocks
+      dequantize_to_bf16_kernel<W><<<blocks_for(count * 32, kBlock), kBlock, 0, stream>>>(
+          static_cast<__nv_bfloat16*>(out), static_cast<const W*>(weight.data), count);
+    } else {
+      fail("cuda::dequantize_to_bf16: ", dtype_name(weight.type), " is not a block type");
+    }
+  });
+  JOURNEY_LAUNCH_CHECK("dequantize_to_bf16");
+}
+
+// x in the weight's type for cuBLAS: x itself for f32 weights, else narrowed into the scratch.
+const void* typed_input(const char* op, const float* x, DType type, int64_t T, int64_t in,
+                        const LinearContext& context) {
+  if (context.cublas == nullptr) fail("cuda::", op, ": T = ", T, " needs a cuBLAS handle in the LinearContext");
+  if (type == DType::F32) return x;
+  if (type != DType::BF16 && type != DType::F16)
+    fail("cuda::", op, ": weights must be f32, bf16 or f16, found ", dtype_name(type));
+  const size_t need = size_t(T * in) * 2;
+  if (context.scratch == nullptr || context.scratch_bytes < need)
+    fail("cuda::", op, ": scratch of ", context.scratch_bytes, " bytes is smaller than the ", need,
+         " needed to narrow a [", T, ", ", in, "] activation");
+  convert_from_f32(context.scratch, type, x, T * in, context.stream);
+  return context.scratch;
+}
+
+}  // namespace
+
+namespace {
+
+// Calls launch(group) once per weight type among the targets, in order of first appearance (the
+// q/k/v of a Q4_K_M file are q4_K, q4_K and q6_K: two launches).
+template <typename F>
+void for_each_type_group(LinearTargets targets, F&& launch) {
+  bool done[kMaxLinearTargets] = {};
+  for (size_t first = 0; first < targets.size(); ++first) {
+    if (done[first]) continue;
+    LinearTarget group[kMaxLinearTargets];
+    size_t n = 0;
+    for (size_t t = first; t < targets.size(); ++t)
+      if (!done[t] && targets[t].weight.type == targets[first].weight.type) group[n++] = targets[t], done[t] = true;
+    launch(LinearTargets(group, n));
+  }
+}
+
+// T > 1: every target through cuBLAS. x is narrowed once per weight type; a quantized matrix is
+// first dequantized into the bf16 weight scratch (and meets bf16 activations).
+void gemm_targets(const char* op, const float* x, int64_t T, int64_t in, LinearTargets targets,
+                  const LinearContext& context) {
+  for_each_type_group(targets, [&](LinearTargets group) {
+    const DType type = group[0].weight.type;
+    const bool quantized = dtype_block_size(type) > 1;
+    const void* x_typed = typed_input(op, x, quantized ? DType::BF16 : type, T, in, context);
+    for (const LinearTarget& t : group) {
+      WeightView w = t.weight;
+      if (quantized) {
+        const size_t need = size_t(t.out * in) * 2;
+        if (context.weight_scratch == nullptr || context.weight_scratch_bytes < need)
+          fail("cuda::", op, ": a weight scratch of ", context.weight_scratch_bytes, " bytes is smaller than the ", need,
+               " needed to dequantize a [", t.out, ", ", in, "] ", dtype_name(type), " matrix to bf16");
+        dequantize_to_bf16(context.weight_scratch, t.weight, t.out, in, context.stream);
+        w = {context.weight_scratch, DType::BF16};
+      }
+      gemm(t.y, x_typed, w, t.bias, T, in, t.out, context);
+    }
+  });
+}
+
+}  // namespace
+
+void linear(float* y, const float* x, WeightView weight, const float* bias, int64_t T, int64_t in, int64_t out,
+            const LinearContext& context) {
+  check_rows("linear", T, in);
+  if (out <= 0) fail("cuda::linear: out = ", out, " must be positive");
+  const LinearTarget target{y, weight, bias, out};
+  linear_shared_input(x, T, in, LinearTargets(&target, 1), context);
+}
+
+void linear_shared_input(const float* x, int64_t T, int64_t in, LinearTargets targets,
+                         const LinearContext& context) {
+  check_rows("linear_shared_input", T, in);
+  gemv_args("linear_shared_input", x, in, targets);  // checks the targets
+  if (T == 0) return;
+  if (T > 1) {
+    gemm_targets("linear_shared_input", x, T, in, targets, context);
+    return;
+  }
+  for_each_type_group(targets, [&](LinearTargets group) {
+    // quantized weights have only the v4 kernel; the older versions take one plain matrix per launch
+    if (context.gemv == GemvVersion::v4_prefetch_unrolled || dtype_block_size(group[0].weight.type) > 1) {
+      launch_gemv_v4("linear_shared_input", gemv_args("linear_shared_input", x, in, group), group[0].weight.type, false,
+                     Epilogue::Store, context.stream, context.early_launch);
+    } else {
+      for (const LinearTarget& t : group) gemv(context.gemv, t.y, x, t.weight, t.bias, in, t.out, context.stream);
+    }
+  });
+}
+
+void rms_norm_linear_shared_input(const float* x, const float* norm_weight, float eps, int64_t in,
+                                  LinearTargets targets, const LinearContext& context) {
+  gemv_args("rms_norm_linear_shared_input", x, in, targets);  // checks the targets
+  for_each_type_group(targets, [&](LinearTargets group) {  // each launch normalizes x itself
+    GemvArgs args = gemv_args("rms_norm_linear_shared_input", x, in, group);
+    args.norm_weight = norm_weight;
+    args.eps = eps;
+    launch_gemv_v4("rms_norm_linear_shared_input", args, group[0].weight.type, true, Epilogue::Store, context.stream,
+                   context.early_launch);
+  });
+}
+
+void rms_norm_swiglu(float* act, const float* x, const float* norm_weight, float eps, WeightView gate, WeightView up,
+                     int64_t in, int64_t F, const LinearContext& context) {
+  if (gate.type != up.type)
+    fail("cuda::rms_norm_swiglu: gate is ", dtype_name(gate.type), ", up is ", dtype_name(up.type),
+         " (one launch reads both: they must share a type)");
+  const LinearTarget targets[] = {{act, gate, nullptr, F}, {nullptr, up, nullptr, F}};
+  GemvArgs args = gemv_args("rms_norm_swiglu", x, in, targets);
+  args.norm_weight = norm_weight;
+  args.eps = eps;
+  args.total_rows = F;  // a warp per output: row o of gate and row o of up
+  launch_gemv_v4("rms_norm_swiglu", args, gate.type, true, Epilogue::SwiGLU, context.stream, context.early_launch);
+}
+
+void linear_residual_add(float* x, const float* input, WeightView weight, int64_t in, int64_t out,
+                         const LinearContext& context) {
+  const LinearTarget target{x, weight, nullptr, out};
+  launch_gemv_v4("linear_residual_add", gemv_args("linear_residual_add", input, in, LinearTargets(&target, 1)), weight.type, false,
+                 Epilogue::Accumulate, context.stream, context.early_launch);
 }
 
 void softmax(float* x, int64_t R, int64_t N, cudaStream_t stream) {
@@ -759,6 +1446,57 @@ void paged_attention(float* context, const float* q, const float* k_pool, const 
   if (block_size <= 0) fail("cuda::paged_attention: block_size ", block_size, " must be positive");
   launch_attention("paged_attention", context, q, PagedKV{k_pool, v_pool, block_table, block_size, KVH, D}, T, start,
                    H, KVH, D, scores_out, weights_out, stream);
+}
+
+namespace {
+
+void check_decode_batch(const char* op, const DecodeBatch& batch, int64_t block_size, int64_t H, int64_t KVH,
+                        int64_t D) {
+  if (batch.S <= 0 || batch.S > 65535 || batch.table_stride <= 0 || block_size <= 0 || H <= 0 || KVH <= 0 || D <= 0 ||
+      H % KVH != 0 || D % 2 != 0)
+    fail("cuda::", op, ": bad shape S = ", batch.S, ", table_stride = ", batch.table_stride, ", block_size = ",
+         block_size, ", H = ", H, ", KVH = ", KVH, ", D = ", D,
+         " (need S in [1, 65535], H a multiple of KVH, an even D)");
+  if (batch.positions == nullptr || batch.block_tables == nullptr)
+    fail("cuda::", op, ": the batch needs device arrays of positions and block tables");
+}
+
+}  // namespace
+
+void rope_kv_cache_write_decode(float* q, const float* k, const float* v, float* k_pool, float* v_pool,
+                                const float* q_norm, const float* k_norm, float eps, const DecodeBatch& batch,
+                                int64_t block_size, int64_t H, int64_t KVH, int64_t D, double theta,
+                                RopeLayout layout, cudaStream_t stream) {
+  check_decode_batch("rope_kv_cache_write_decode", batch, block_size, H, KVH, D);
+  rope_kv_cache_write_decode_kernel<<<unsigned(batch.S), kBlock, 0, stream>>>(
+      q, k, v, k_pool, v_pool, q_norm, k_norm, eps, batch.positions, batch.block_tables, batch.table_stride,
+      block_size, H, KVH, D, float(theta), layout == RopeLayout::HalfSplit);
+  JOURNEY_LAUNCH_CHECK("rope_kv_cache_write_decode");
+}
+
+void paged_attention_decode(float* context, const float* q, const float* k_pool, const float* v_pool,
+                            const DecodeBatch& batch, int64_t block_size, int64_t H, int64_t KVH, int64_t D,
+                            cudaStream_t stream) {
+  check_decode_batch("paged_attention_decode", batch, block_size, H, KVH, D);
+  if (H > 2147483647) fail("cuda::paged_attention_decode: H = ", H, " exceeds the grid limit");
+  const int vec = D % 4 == 0 ? 4 : 1;
+  if (D / vec > kDecodeTile)
+    fail("cuda::paged_attention_decode: head_dim ", D, " is too large (at most ", kDecodeTile * 4,
+         " when divisible by 4, else ", kDecodeTile, ")");
+  const int64_t groups = kDecodeTile / (D / vec);
+  const size_t shared_bytes = size_t(D + kDecodeTile) * sizeof(float) + kDecodeTile * sizeof(int64_t) +
+                              size_t(groups * D) * sizeof(float);
+  const float scale = 1.0f / sqrtf(float(D));  // as attention_kernel
+  const dim3 grid(unsigned(H), unsigned(batch.S));
+  if (vec == 4)
+    paged_attention_decode_kernel<4><<<grid, kDecodeTile, shared_bytes, stream>>>(
+        context, q, k_pool, v_pool, batch.positions, batch.block_tables, batch.table_stride, block_size, H, KVH, D,
+        scale);
+  else
+    paged_attention_decode_kernel<1><<<grid, kDecodeTile, shared_bytes, stream>>>(
+        context, q, k_pool, v_pool, batch.positions, batch.block_tables, batch.table_stride, block_size, H, KVH, D,
+        scale);
+  JOURNEY_LAUNCH_CHECK("paged_attention_decode");
 }
 
 void add_bias(float* y, const float* bias, int64_t T, int64_t out, cudaStream_t stream) {

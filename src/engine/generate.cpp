@@ -90,7 +90,9 @@ GenerationResult generate(Backend& backend, const Tokenizer& tokenizer, const Ge
     const bool is_eos = std::find(request.stop.eos_ids.begin(), request.stop.eos_ids.end(), token.id) !=
                         request.stop.eos_ids.end();
     const bool at_limit = static_cast<int64_t>(result.token_ids.size()) >= max_new;
-    StopVerdict verdict = apply_stop_rules(token.id, is_eos, /*has_text=*/true, at_limit, &detokenizer, stop_matcher);
+    // ids past the tokenizer's vocabulary (a padded embedding table) have no text, as in the engine
+    const bool has_text = token.id < tokenizer.vocab_size();
+    StopVerdict verdict = apply_stop_rules(token.id, is_eos, has_text, at_limit, &detokenizer, stop_matcher);
     emit(verdict.text);
     if (verdict.finish) {
       result.finish_reason = *verdict.finish;

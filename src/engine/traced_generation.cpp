@@ -1,5 +1,6 @@
 #include "engine/traced_generation.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/backend.h"
@@ -49,11 +50,17 @@ class StepMarkingBackend final : public Backend {
 
 }  // namespace
 
+std::vector<int64_t> prefill_positions(size_t prompt_tokens) {
+  std::vector<int64_t> positions(prompt_tokens);  // [P]
+  for (size_t i = 0; i < prompt_tokens; ++i) positions[i] = int64_t(i);
+  return positions;
+}
+
 GenerationResult generate_traced(Backend& backend, const Tokenizer& tokenizer, const GenerationRequest& request,
                                  DumpSink& sink, const GenerationCallbacks& callbacks, const LogitLens* lens) {
-  std::vector<int64_t> prompt_positions(request.prompt_ids.size());  // [P]
-  for (size_t i = 0; i < prompt_positions.size(); ++i) prompt_positions[i] = int64_t(i);
-  sink.set_step(0, "prefill", prompt_positions);
+  const bool started = std::any_of(sink.manifest().steps.begin(), sink.manifest().steps.end(),
+                                   [](const ManifestStep& s) { return s.step == 0; });
+  if (!started) sink.set_step(0, "prefill", prefill_positions(request.prompt_ids.size()));
   StepMarkingBackend marking(backend, sink);
   // The "sampled" stage lives in the manifest: each token with its probability and alternatives.
   GenerationCallbacks recording = callbacks;

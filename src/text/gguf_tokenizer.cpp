@@ -22,12 +22,16 @@ const char* const kLlama3Pattern =
 const char* const kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
-std::string pre_tokenizer_pattern(const std::string& pre, const std::string& source) {
-  if (pre == "gpt-2" || pre == "default" || pre.empty()) return kGpt2Pattern;
-  if (pre == "llama-bpe" || pre == "llama3" || pre == "smaug-bpe") return kLlama3Pattern;
-  if (pre == "qwen2" || pre == "deepseek-r1-qwen") return kQwen2Pattern;
+// The regex splits tokenizer.ggml.pre names, applied in order: "smollm" (SmolLM/SmolLM2, like
+// llama.cpp's starcoder family) first isolates every digit, then splits with the GPT-2 regex,
+// as Hugging Face's Sequence[Digits(individual_digits), ByteLevel(use_regex)] does.
+std::vector<std::string> pre_tokenizer_patterns(const std::string& pre, const std::string& source) {
+  if (pre == "gpt-2" || pre == "default" || pre.empty()) return {kGpt2Pattern};
+  if (pre == "llama-bpe" || pre == "llama3" || pre == "smaug-bpe") return {kLlama3Pattern};
+  if (pre == "qwen2" || pre == "deepseek-r1-qwen") return {kQwen2Pattern};
+  if (pre == "smollm") return {R"(\p{N})", kGpt2Pattern};
   fail(source, ": tokenizer.ggml.pre \"", pre, "\" is not supported (supported: gpt-2, default, llama-bpe, llama3, "
-       "smaug-bpe, qwen2, deepseek-r1-qwen)");
+       "smaug-bpe, qwen2, deepseek-r1-qwen, smollm)");
 }
 
 int parse_byte_piece(const std::string& piece) {
@@ -111,10 +115,12 @@ std::unique_ptr<Tokenizer> load_gguf_tokenizer(const std::filesystem::path& gguf
       spec.merges.emplace_back(merge.substr(0, space), merge.substr(space + 1));
     }
     const std::string pre = gguf.has("tokenizer.ggml.pre") ? gguf.get_string("tokenizer.ggml.pre") : "default";
-    PreTokenizerStep split{};
-    split.kind = PreTokenizerStep::Kind::Split;
-    split.pattern = pre_tokenizer_pattern(pre, source);
-    spec.pre_tokenizers.push_back(split);
+    for (const std::string& pattern : pre_tokenizer_patterns(pre, source)) {
+      PreTokenizerStep split{};
+      split.kind = PreTokenizerStep::Kind::Split;
+      split.pattern = pattern;
+      spec.pre_tokenizers.push_back(split);
+    }
     spec.ignore_merges = pre == "llama-bpe" || pre == "llama3";
     spec.pieces = std::move(tokens);
     spec.special = std::move(special);

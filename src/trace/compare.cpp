@@ -1,6 +1,7 @@
 #include "trace/compare.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -34,9 +35,28 @@ constexpr StageTolerance kLogits{1e-9, 1e-4, false, true,
                                  "unless the golden's top two are within the tolerance (a near-tie)"};
 constexpr StageTolerance kProbs{1e-9, 1e-6, false, false, "probabilities in [0, 1] after f32 softmax and filtering"};
 
-StageTolerance tolerance_for(const std::string& stage_str) {
+// The narrow-weight profiles (compare.h explains the numbers; docs/cuda.md derives them).
+struct Precision {
+  double eps;  // NMSE of rounding one tensor to this type: (2u)^2 / 24
+  double u;    // unit roundoff: 2^-(significant bits)
+  const char* copy_why;
+  const char* computed_why;
+};
+constexpr double kBf16U = 1.0 / 256.0, kF16U = 1.0 / 2048.0;
+constexpr Precision kBf16{(2 * kBf16U) * (2 * kBf16U) / 24, kBf16U,
+                          "bf16 weights against f32: an embedding row rounded to 8 significant bits, NMSE eps = 2.5e-6 "
+                          "per rounding; bound 4 eps, max_abs 2 u (u = 2^-8)",
+                          "bf16 weights against f32: every product of rounded weights adds ~eps = 2.5e-6 of NMSE and "
+                          "the layers carry it on; bound 40 eps (layers passed + 1), max_abs 10 u (u = 2^-8)"};
+constexpr Precision kF16{(2 * kF16U) * (2 * kF16U) / 24, kF16U,
+                         "f16 weights against f32: an embedding row rounded to 11 significant bits, NMSE eps = 4.0e-8 "
+                         "per rounding; bound 4 eps, max_abs 2 u (u = 2^-11)",
+                         "f16 weights against f32: every product of rounded weights adds ~eps = 4.0e-8 of NMSE and "
+                         "the layers carry it on; bound 40 eps (layers passed + 1), max_abs 10 u (u = 2^-11)"};
+
+StageTolerance tolerance_for(const std::string& stage_str, int layer, ToleranceProfile profile, int num_layers) {
   auto stage = stage_from_name(stage_str);
-  return stage ? stage_tolerance(*stage) : kDefault;
+  return stage ? stage_tolerance(*stage, profile, stage_depth(*stage, layer, num_layers)) : kDefault;
 }
 
 bool is_int_stage(Stage s) { return s == Stage::token_ids || s == Stage::kv_blocks; }
@@ -182,13 +202,13 @@ std::vector<float> as_floats(const NpyArray& array) {
 
 TensorComparison compare_one(const std::filesystem::path& ours_dir, const ManifestTensor& ours,
                              const std::filesystem::path& golden_dir, const ManifestTensor& golden,
-                             const CompareOptions& options) {
+                             const CompareOptions& options, ToleranceProfile profile, int num_layers) {
   TensorComparison c;
   c.name = golden.name;
   c.stage = golden.stage;
   c.layer = golden.layer;
   c.step = golden.step;
-  c.tolerance = tolerance_for(golden.stage);
+  c.tolerance = tolerance_for(golden.stage, golden.layer, profile, num_layers);
   c.shape_ours = ours.shape;
   c.shape_golden = golden.shape;
   if (ours.dtype != golden.dtype) {
@@ -258,6 +278,50 @@ StageTolerance stage_tolerance(Stage stage) {
   }
 }
 
+int stage_depth(Stage stage, int layer, int num_layers) {
+  if (layer >= 0) return layer + 1;
+  return static_cast<int>(stage) > static_cast<int>(Stage::layer_out) ? num_layers + 1 : 0;
+}
+
+StageTolerance stage_tolerance(Stage stage, ToleranceProfile profile, int depth) {
+  const StageTolerance f32 = stage_tolerance(stage);
+  if (profile == ToleranceProfile::F32 || f32.exact) return f32;
+  const Precision& p = profile == ToleranceProfile::BF16 ? kBf16 : kF16;
+  StageTolerance t = f32;  // keeps the argmax rule of the logits
+  if (stage == Stage::embeddings) {
+    t.nmse = 4 * p.eps, t.max_abs = 2 * p.u, t.why = p.copy_why;
+  } else {
+    t.nmse = 40 * p.eps * (std::max(depth, 0) + 1), t.max_abs = 10 * p.u, t.why = p.computed_why;
+  }
+  return t;
+}
+
+std::string_view tolerance_profile_name(ToleranceProfile profile) {
+  switch (profile) {
+    case ToleranceProfile::F32: return "f32";
+    case ToleranceProfile::BF16: return "bf16";
+    case ToleranceProfile::F16: return "f16";
+  }
+  return "?";
+}
+
+std::optional<ToleranceProfile> tolerance_profile_from_name(std::string_view name) {
+  std::string lower(name);
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (lower == "f32" || lower == "float32") return ToleranceProfile::F32;
+  if (lower == "bf16" || lower == "bfloat16") return ToleranceProfile::BF16;
+  if (lower == "f16" || lower == "float16") return ToleranceProfile::F16;
+  return std::nullopt;
+}
+
+std::string manifest_weight_dtype(const Manifest& manifest) {
+  for (const char* key : {"weight_dtype", "dtype"}) {
+    auto it = manifest.settings.find(key);
+    if (it != manifest.settings.end() && it->is_string()) return it->get<std::string>();
+  }
+  return "";
+}
+
 std::string_view compare_status_name(CompareStatus status) {
   switch (status) {
     case CompareStatus::Ok: return "ok";
@@ -296,6 +360,36 @@ ComparisonResult compare_dumps(const std::filesystem::path& ours, const std::fil
   const Manifest mo = read_manifest(ours / "manifest.json");
   const Manifest mg = read_manifest(golden / "manifest.json");
 
+  // What each dump is, and the tolerance profile: the narrower weight type of the two (f32 < f16 < bf16).
+  const std::string ours_dtype = manifest_weight_dtype(mo), golden_dtype = manifest_weight_dtype(mg);
+  auto label = [](const Manifest& m, const std::string& dtype) {
+    auto backend = m.settings.find("backend");
+    std::string text = backend != m.settings.end() && backend->is_string() ? backend->get<std::string>()
+                                                                           : m.generated_by_tool;
+    if (!dtype.empty()) text += cat(text.empty() ? "" : ", ", dtype, " weights");
+    return text.empty() ? std::string("(manifest says nothing of its backend)") : text;
+  };
+  result.ours_label = label(mo, ours_dtype);
+  result.golden_label = label(mg, golden_dtype);
+  if (options.profile) {
+    result.profile = *options.profile;
+    result.profile_source = "given by the caller";
+  } else {
+    auto rank = [](const std::string& dtype) {
+      const auto p = tolerance_profile_from_name(dtype);
+      return !p || *p == ToleranceProfile::F32 ? 0 : *p == ToleranceProfile::F16 ? 1 : 2;
+    };
+    const std::string& narrow = rank(ours_dtype) >= rank(golden_dtype) ? ours_dtype : golden_dtype;
+    result.profile = rank(narrow) == 0 ? ToleranceProfile::F32 : *tolerance_profile_from_name(narrow);
+    result.profile_source = cat("from the manifests: A's weights ", ours_dtype.empty() ? "unrecorded" : ours_dtype,
+                                ", B's ", golden_dtype.empty() ? "unrecorded" : golden_dtype);
+  }
+  // The final stages have passed every layer: L from the reference's config, else its deepest layer.
+  int num_layers = 0;
+  for (const auto& t : mg.tensors) num_layers = std::max(num_layers, t.layer + 1);
+  if (auto it = mg.model.config.find("num_hidden_layers"); it != mg.model.config.end() && it->is_number_integer())
+    num_layers = it->get<int>();
+
   using Key = std::tuple<std::string, int, int>;
   std::map<Key, const ManifestTensor*> ours_by_key;
   for (const auto& t : mo.tensors) ours_by_key[{t.stage, t.layer, t.step}] = &t;
@@ -306,14 +400,14 @@ ComparisonResult compare_dumps(const std::filesystem::path& ours, const std::fil
       TensorComparison c;
       c.name = g.name, c.stage = g.stage, c.layer = g.layer, c.step = g.step;
       c.shape_golden = g.shape;
-      c.tolerance = tolerance_for(g.stage);
+      c.tolerance = tolerance_for(g.stage, g.layer, result.profile, num_layers);
       c.status = CompareStatus::MissingInOurs;
       c.detail = cat("the golden has ", g.name, " at step ", g.step, " (", g.file, "); our dump does not");
       result.tensors.push_back(std::move(c));
       continue;
     }
     try {
-      result.tensors.push_back(compare_one(ours, *it->second, golden, g, options));
+      result.tensors.push_back(compare_one(ours, *it->second, golden, g, options, result.profile, num_layers));
     } catch (const Error& e) {  // an unreadable .npy is a finding about that tensor, not the end
       TensorComparison c;
       c.name = g.name, c.stage = g.stage, c.layer = g.layer, c.step = g.step;
@@ -371,7 +465,17 @@ std::string format_divergence(const TensorComparison& c) {
 }
 
 std::string format_comparison(const ComparisonResult& result, bool only_failures) {
-  std::string out = cat("ours:   ", result.ours.string(), "\ngolden: ", result.golden.string(), "\n");
+  std::string out = cat("A, under test: ", result.ours.string(), " (", result.ours_label, ")\n",
+                        "B, reference:  ", result.golden.string(), " (", result.golden_label, ")\n",
+                        "tolerances:    ", tolerance_profile_name(result.profile), " profile (",
+                        result.profile_source, ")");
+  if (result.profile == ToleranceProfile::F32) {
+    out += ": the same f32 weights, rounding and summation order only\n";
+  } else {
+    const StageTolerance first = stage_tolerance(Stage::attn_norm, result.profile, 1);
+    out += cat(": A's weights rounded, B's f32; NMSE <= ", sci(first.nmse / 2), " x (layers passed + 1), max_abs <= ",
+               sci(first.max_abs), " x max(1, |B|max)\n");
+  }
   char line[256];
   std::snprintf(line, sizeof line, "%-4s  %-22s  %-16s  %-10s  %-10s  %-10s  %s\n", "step", "tensor", "shape",
                 "max_abs", "max_rel", "nmse", "status");

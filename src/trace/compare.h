@@ -24,8 +24,32 @@ struct StageTolerance {
   const char* why = "";
 };
 
-// The table in compare.cpp: one entry per stage (stages without an entry use the default).
+// The table in compare.cpp: one entry per stage (stages without an entry use the default). These
+// are the f32 tolerances: two runs from the same f32 weights differ only by rounding and order.
 StageTolerance stage_tolerance(Stage stage);
+
+// What separates the two dumps, and so how close each stage must be. F32: the same f32 weights
+// (the table above). BF16 / F16: the dump under test ran with its weight matrices rounded to
+// bf16 / f16 (the GPU's default), the reference with f32 weights. From the arithmetic (docs/cuda.md,
+// "Tolerances"): rounding to p significant bits has unit roundoff u = 2^-p (bf16 2^-8, f16 2^-11)
+// and, over values spread across a binade, an NMSE of eps = (2u)^2 / 24 per rounded tensor
+// (bf16 2.5e-6, f16 4.0e-8). An embedding row is one rounding: NMSE <= 4 eps, max_abs <= 2 u.
+// Every product of rounded weights adds about eps, softmax and the residual stream carry it on,
+// so a stage after d layers (a stage of layer l has d = l + 1; the final stages d = L + 1) must
+// keep NMSE <= 40 eps (d + 1) and max_abs <= 10 u x max(1, |reference|max). Checked against the
+// first H200 run (run 1): at most 82 eps at layer 4 of stories260K (bound 240 eps) and 3.3 u.
+// A real bug stays far outside: the planted RoPE offset gives NMSE ~0.1 at L0.q_rope.
+enum class ToleranceProfile { F32, BF16, F16 };
+std::string_view tolerance_profile_name(ToleranceProfile profile);  // "f32", "bf16", "f16"
+// Accepts "f32"/"float32", "bf16"/"bfloat16", "f16"/"float16" (any case).
+std::optional<ToleranceProfile> tolerance_profile_from_name(std::string_view name);
+// The tolerance of a stage at `depth` layers (see above) under a profile; F32 ignores depth.
+StageTolerance stage_tolerance(Stage stage, ToleranceProfile profile, int depth);
+// The layers a tensor has passed: embeddings (and earlier) 0, a stage of layer l l + 1, the final
+// stages num_layers + 1.
+int stage_depth(Stage stage, int layer, int num_layers);
+// The weight type a dump records in its manifest ("weight_dtype", else "dtype", in settings), or "".
+std::string manifest_weight_dtype(const Manifest& manifest);
 
 enum class CompareStatus {
   Ok,
@@ -66,12 +90,18 @@ struct TensorComparison {
 };
 
 struct CompareOptions {
-  double tolerance_scale = 1.0;  // multiplies every nmse and max_abs tolerance (e.g. 100 for bf16 runs)
+  double tolerance_scale = 1.0;  // multiplies every nmse and max_abs tolerance
   int report_values = 8;         // values shown side by side
+  // nullopt: chosen from the manifests, the narrower of the two weight types (f32 when neither
+  // records one); given: that profile whatever the manifests say.
+  std::optional<ToleranceProfile> profile;
 };
 
 struct ComparisonResult {
   std::filesystem::path ours, golden;
+  std::string ours_label, golden_label;  // what each dump is: "cuda, bf16 weights"
+  ToleranceProfile profile = ToleranceProfile::F32;
+  std::string profile_source;            // why this profile: the manifests' weight types, or the caller
   std::vector<TensorComparison> tensors;  // in journey order
   std::optional<size_t> first_divergence; // index into tensors of the first failing one
   bool ok() const { return !first_divergence.has_value(); }

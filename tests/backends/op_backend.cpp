@@ -43,12 +43,12 @@ void ReferenceOps::attention(float* context, const float* q, const float* k, con
 }
 void ReferenceOps::kv_cache_write(float* k_pool, float* v_pool, const float* k, const float* v,
                                   const int32_t* block_table, int64_t T, int64_t start, int64_t block_size,
-                                  int64_t KVH, int64_t D) {
+                                  int64_t KVH, int64_t D, int64_t) {
   reference::kv_cache_write(k_pool, v_pool, k, v, block_table, T, start, block_size, KVH, D);
 }
 void ReferenceOps::paged_attention(float* context, const float* q, const float* k_pool, const float* v_pool,
                                    const int32_t* block_table, int64_t T, int64_t start, int64_t block_size,
-                                   int64_t H, int64_t KVH, int64_t D, float* scores_out, float* weights_out) {
+                                   int64_t H, int64_t KVH, int64_t D, float* scores_out, float* weights_out, int64_t) {
   reference::paged_attention(context, q, k_pool, v_pool, block_table, T, start, block_size, H, KVH, D, scores_out,
                              weights_out);
 }
@@ -88,12 +88,12 @@ void CpuOpsUnderTest::attention(float* context, const float* q, const float* k, 
 }
 void CpuOpsUnderTest::kv_cache_write(float* k_pool, float* v_pool, const float* k, const float* v,
                                      const int32_t* block_table, int64_t T, int64_t start, int64_t block_size,
-                                     int64_t KVH, int64_t D) {
+                                     int64_t KVH, int64_t D, int64_t) {
   ops_.kv_cache_write(k_pool, v_pool, k, v, block_table, T, start, block_size, KVH, D);
 }
 void CpuOpsUnderTest::paged_attention(float* context, const float* q, const float* k_pool, const float* v_pool,
                                       const int32_t* block_table, int64_t T, int64_t start, int64_t block_size,
-                                      int64_t H, int64_t KVH, int64_t D, float* scores_out, float* weights_out) {
+                                      int64_t H, int64_t KVH, int64_t D, float* scores_out, float* weights_out, int64_t) {
   ops_.paged_attention(context, q, k_pool, v_pool, block_table, T, start, block_size, H, KVH, D, scores_out,
                        weights_out, threads_);
 }

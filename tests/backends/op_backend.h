@@ -53,12 +53,14 @@ class OpBackend {
   virtual void residual_add(float* out, const float* a, const float* b, int64_t n) = 0;
   virtual void attention(float* context, const float* q, const float* k, const float* v, int64_t T, int64_t start,
                          int64_t H, int64_t KVH, int64_t D, float* scores_out, float* weights_out) = 0;
+  // The pool ops take the pool's size in blocks too (not an argument of the ops themselves): a
+  // device backend needs it to copy the pools.
   virtual void kv_cache_write(float* k_pool, float* v_pool, const float* k, const float* v,
                               const int32_t* block_table, int64_t T, int64_t start, int64_t block_size, int64_t KVH,
-                              int64_t D) = 0;
+                              int64_t D, int64_t num_blocks) = 0;
   virtual void paged_attention(float* context, const float* q, const float* k_pool, const float* v_pool,
                                const int32_t* block_table, int64_t T, int64_t start, int64_t block_size, int64_t H,
-                               int64_t KVH, int64_t D, float* scores_out, float* weights_out) = 0;
+                               int64_t KVH, int64_t D, float* scores_out, float* weights_out, int64_t num_blocks) = 0;
 };
 
 // The reference ops (reference/ops.h): the yardstick, also run through the harness to check it.
@@ -77,10 +79,10 @@ class ReferenceOps : public OpBackend {
   void attention(float* context, const float* q, const float* k, const float* v, int64_t T, int64_t start, int64_t H,
                  int64_t KVH, int64_t D, float* scores_out, float* weights_out) override;
   void kv_cache_write(float* k_pool, float* v_pool, const float* k, const float* v, const int32_t* block_table,
-                      int64_t T, int64_t start, int64_t block_size, int64_t KVH, int64_t D) override;
+                      int64_t T, int64_t start, int64_t block_size, int64_t KVH, int64_t D, int64_t num_blocks) override;
   void paged_attention(float* context, const float* q, const float* k_pool, const float* v_pool,
                        const int32_t* block_table, int64_t T, int64_t start, int64_t block_size, int64_t H,
-                       int64_t KVH, int64_t D, float* scores_out, float* weights_out) override;
+                       int64_t KVH, int64_t D, float* scores_out, float* weights_out, int64_t num_blocks) override;
 };
 
 // The fast CPU backend's ops, through the same table its forward pass calls (cpu/cpu_backend.h's
@@ -103,10 +105,10 @@ class CpuOpsUnderTest : public OpBackend {
   void attention(float* context, const float* q, const float* k, const float* v, int64_t T, int64_t start, int64_t H,
                  int64_t KVH, int64_t D, float* scores_out, float* weights_out) override;
   void kv_cache_write(float* k_pool, float* v_pool, const float* k, const float* v, const int32_t* block_table,
-                      int64_t T, int64_t start, int64_t block_size, int64_t KVH, int64_t D) override;
+                      int64_t T, int64_t start, int64_t block_size, int64_t KVH, int64_t D, int64_t num_blocks) override;
   void paged_attention(float* context, const float* q, const float* k_pool, const float* v_pool,
                        const int32_t* block_table, int64_t T, int64_t start, int64_t block_size, int64_t H,
-                       int64_t KVH, int64_t D, float* scores_out, float* weights_out) override;
+                       int64_t KVH, int64_t D, float* scores_out, float* weights_out, int64_t num_blocks) override;
 
  private:
   CpuOps ops_;

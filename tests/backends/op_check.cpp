@@ -304,9 +304,9 @@ class Checker {
             Guarded k_pool(std::vector<float>(want_k.size(), kSentinel)), v_pool(std::vector<float>(want_v.size(), kSentinel));
             if (start > 0)
               b_.kv_cache_write(k_pool.data(), v_pool.data(), k.data(), v.data(), table.data(), start, 0, block_size,
-                                KVH, D);
+                                KVH, D, pool);
             b_.kv_cache_write(k_pool.data(), v_pool.data(), k.data() + start * slot, v.data() + start * slot,
-                              table.data(), T, start, block_size, KVH, D);
+                              table.data(), T, start, block_size, KVH, D, pool);
             compare("kv_cache_write", where, k_pool, want_k, kExact, "k pool");
             compare("kv_cache_write", where, v_pool, want_v, kExact, "v pool");
 
@@ -315,7 +315,7 @@ class Checker {
                                        block_size, H, KVH, D, nullptr, want_w.data());
             Guarded context(want.size()), weights(want_w.size());
             b_.paged_attention(context.data(), q.data(), want_k.data(), want_v.data(), table.data(), T, start,
-                               block_size, H, KVH, D, nullptr, weights.data());
+                               block_size, H, KVH, D, nullptr, weights.data(), pool);
             compare("paged_attention", where, context, want, kReordered, "context");
             compare("paged_attention", where, weights, want_w, kReordered, "weights");
           }

@@ -29,6 +29,21 @@ TEST_CASE("op test: every op of the fast CPU backend matches the reference (1, 2
   }
 }
 
+#if JOURNEY_TEST_CUDA_OPS
+#include "backends/cuda_op_backend.h"
+#include "cuda/cuda_backend.h"
+
+TEST_CASE("op test: every op of the CUDA backend matches the reference (f32, bf16 and f16 weights)") {
+  if (cuda_device_count() == 0) {
+    MESSAGE("no CUDA device visible: the CUDA ops are not run here (scripts/gpu-check.sh runs them on a GPU)");
+    return;
+  }
+  auto cuda = make_cuda_op_backend();
+  const std::vector<OpFailure> failures = check_ops(*cuda);
+  CHECK_MESSAGE(failures.empty(), describe(failures));
+}
+#endif
+
 namespace {
 
 // Planted bugs, each a plausible mistake in one fast op.

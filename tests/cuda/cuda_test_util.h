@@ -1,7 +1,6 @@
 // Helpers of the CUDA tests: device arrays with SENTINELS on both sides (a kernel that writes one
-// element too far changes a sentinel and the test says so), random inputs, and the normalized
-// squared error NMSE = sum((a - b)^2) / sum(b^2) that llama.cpp's test-backend-ops uses to compare
-// a backend's op with the reference.
+// element too far changes a sentinel and the test says so) and random inputs. Errors are measured
+// with journey::nmse (core/numeric.h), the normalized squared error of llama.cpp's test-backend-ops.
 #pragma once
 #include <doctest/doctest.h>
 
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/numeric.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/kernels.h"
 
@@ -83,23 +83,6 @@ inline std::vector<float> random_vector(size_t n, uint32_t seed, float stddev = 
   std::vector<float> out(n);
   for (float& v : out) v = normal(rng);
   return out;
-}
-
-// sum((a - b)^2) / sum(b^2); infinities must sit at the same places (masked attention scores)
-// and are left out of the sums.
-inline double nmse(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double err = 0.0, ref = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isinf(b[i]) || std::isinf(a[i])) {
-      if (a[i] != b[i]) return INFINITY;
-      continue;
-    }
-    if (std::isnan(a[i]) || std::isnan(b[i])) return INFINITY;
-    err += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    ref += double(b[i]) * b[i];
-  }
-  return ref > 0 ? err / ref : err;
 }
 
 // Host copies of weights in a narrow type: the bits the device gets, and their exact f32 values

@@ -35,11 +35,48 @@ TEST_CASE("launchers reject bad arguments before launching") {
                        doctest::Contains("odd"), Error);
   CHECK_THROWS_WITH_AS(cuda::attention(nullptr, nullptr, nullptr, nullptr, 1, 0, 6, 4, 8, nullptr, nullptr, nullptr),
                        doctest::Contains("multiple of KVH"), Error);
-  CHECK_THROWS_WITH_AS(cuda::gemv(cuda::GemvVersion(3), nullptr, nullptr, nullptr, DType::Q8_0, nullptr, 32, 4, nullptr),
+  CHECK_THROWS_WITH_AS(cuda::gemv(cuda::GemvVersion(3), nullptr, nullptr, {nullptr, DType::Q8_0}, nullptr, 32, 4, nullptr),
                        doctest::Contains("q8_0"), Error);
-  CHECK_THROWS_WITH_AS(cuda::linear(nullptr, nullptr, nullptr, DType::BF16, nullptr, 4, 8, 8, cuda::LinearContext{}),
+  CHECK_THROWS_WITH_AS(cuda::linear(nullptr, nullptr, {nullptr, DType::BF16}, nullptr, 4, 8, 8, cuda::LinearContext{}),
                        doctest::Contains("cuBLAS handle"), Error);
   CHECK_THROWS_WITH_AS(cuda::paged_attention(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 0, 0, 4, 2, 8, nullptr,
                                              nullptr, nullptr),
                        doctest::Contains("block_size"), Error);
+}
+
+TEST_CASE("the fast-path launchers reject bad arguments before launching") {
+  float y = 0;
+  const cuda::LinearTarget five[] = {{&y, {nullptr, DType::BF16}, nullptr, 1}, {&y, {nullptr, DType::BF16}, nullptr, 1},
+                                     {&y, {nullptr, DType::BF16}, nullptr, 1}, {&y, {nullptr, DType::BF16}, nullptr, 1},
+                                     {&y, {nullptr, DType::BF16}, nullptr, 1}};
+  CHECK_THROWS_WITH_AS(cuda::linear_shared_input(nullptr, 1, 8, five, cuda::LinearContext{}),
+                       doctest::Contains("5 targets, expected 1 to 4"), Error);
+  const cuda::LinearTarget q2k[] = {{&y, {nullptr, DType::Q2_K}, nullptr, 4}};
+  CHECK_THROWS_WITH_AS(cuda::linear_shared_input(nullptr, 1, 256, q2k, cuda::LinearContext{}),
+                       doctest::Contains("found q2_K"), Error);
+  const cuda::LinearTarget q4k[] = {{&y, {nullptr, DType::Q4_K}, nullptr, 4}};
+  CHECK_THROWS_WITH_AS(cuda::linear_shared_input(nullptr, 1, 96, q4k, cuda::LinearContext{}),
+                       doctest::Contains("rows of 96 weights cannot be stored as q4_K blocks of 256"), Error);
+  CHECK_THROWS_WITH_AS(cuda::linear_shared_input(nullptr, 3, 256, q4k, cuda::LinearContext{}),
+                       doctest::Contains("cuBLAS handle"), Error);
+  CHECK_THROWS_WITH_AS(cuda::rms_norm_swiglu(nullptr, nullptr, nullptr, 1e-5f, {nullptr, DType::Q4_K},
+                                             {nullptr, DType::Q6_K}, 256, 4, cuda::LinearContext{}),
+                       doctest::Contains("gate is q4_K, up is q6_K"), Error);
+  const cuda::LinearTarget empty_rows[] = {{&y, {nullptr, DType::BF16}, nullptr, 0}};
+  CHECK_THROWS_WITH_AS(cuda::rms_norm_linear_shared_input(nullptr, nullptr, 1e-5f, 8, empty_rows, cuda::LinearContext{}),
+                       doctest::Contains("out = 0"), Error);
+  cuda::DecodeBatch batch;  // no device arrays
+  batch.S = 1, batch.table_stride = 4;
+  CHECK_THROWS_WITH_AS(cuda::paged_attention_decode(nullptr, nullptr, nullptr, nullptr, batch, 16, 4, 2, 8, nullptr),
+                       doctest::Contains("device arrays"), Error);
+  int64_t position = 0;
+  int32_t table = 0;
+  batch.positions = &position, batch.block_tables = &table;
+  CHECK_THROWS_WITH_AS(cuda::paged_attention_decode(nullptr, nullptr, nullptr, nullptr, batch, 16, 6, 4, 8, nullptr),
+                       doctest::Contains("H a multiple of KVH"), Error);
+  CHECK_THROWS_WITH_AS(cuda::paged_attention_decode(nullptr, nullptr, nullptr, nullptr, batch, 16, 4, 2, 2048, nullptr),
+                       doctest::Contains("head_dim 2048 is too large"), Error);
+  CHECK_THROWS_WITH_AS(cuda::rope_kv_cache_write_decode(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                        1e-6f, batch, 16, 4, 2, 7, 1e4, RopeLayout::HalfSplit, nullptr),
+                       doctest::Contains("an even D"), Error);
 }

@@ -1,7 +1,8 @@
 // The engine against the independent PyTorch reference, stage by stage.
 //
 // Each directory tests/golden/<name>/ is a dump written by tools/trace/reference.py (float64,
-// from the Hugging Face model definitions): the prompt's prefill and a few greedy decode steps.
+// from the Hugging Face model definitions) or, under transformers/, by tools/trace/hf_reference.py
+// (transformers' modeling code itself): the prompt's prefill and a few greedy decode steps.
 // Here each CPU backend (the literal reference and the fast cpu backend) runs the same token ids,
 // step by step through its paged KV cache, into a DumpSink, and compare_dumps() must find every
 // stage within its tolerance. On failure the
@@ -11,9 +12,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <set>
 
 #include "assets/model.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "backend/backend.h"
 #include "backends/backends_under_test.h"
@@ -28,9 +31,28 @@ namespace fs = std::filesystem;
 namespace {
 
 const fs::path kSource = JOURNEY_SOURCE_DIR;
-const char* const kGoldens[] = {"stories260K", "tiny-llama", "tiny-qwen2", "tiny-qwen3"};
+const char* const kGoldens[] = {"stories260K", "tiny-llama", "tiny-qwen2", "tiny-qwen3",
+                                "transformers/tiny-llama", "transformers/tiny-qwen2", "transformers/tiny-qwen3"};
 
 fs::path golden_dir(const std::string& name) { return kSource / "tests" / "golden" / name; }
+
+// The model with every weight matrix rounded to bf16 and widened back (what `--device cuda` holds
+// on the GPU); norm weights and biases stay f32, as there.
+LoadedModel with_bf16_matrices(LoadedModel model) {
+  WeightStore rounded;
+  for (const auto& [name, t] : model.weights.all()) {
+    auto values = std::make_shared<std::vector<float>>(t.to_f32());  // [numel]
+    if (t.shape.size() == 2)
+      for (float& v : *values) v = bf16_to_f32(f32_to_bf16(v));
+    TensorRef r = t;
+    r.dtype = DType::F32;
+    r.data = reinterpret_cast<const std::byte*>(values->data());
+    r.nbytes = values->size() * sizeof(float);
+    rounded.add(r, values);
+  }
+  model.weights = std::move(rounded);
+  return model;
+}
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(const LoadedModel&)>;
 
@@ -91,8 +113,9 @@ TEST_CASE("golden: each golden is a complete, versioned dump of a model we ship"
   for (const std::string name : kGoldens) {
    SUBCASE(name.c_str()) {
     const Manifest golden = read_manifest(golden_dir(name) / "manifest.json");  // checks format and version
-    CHECK(golden.generated_by_tool == "tools/trace/reference.py");
-    CHECK(golden.generated_by_command.find("tools/trace/reference.py") != std::string::npos);
+    const std::string tool = name.rfind("transformers/", 0) == 0 ? "tools/trace/hf_reference.py" : "tools/trace/reference.py";
+    CHECK(golden.generated_by_tool == tool);
+    CHECK(golden.generated_by_command.find(tool) != std::string::npos);
     REQUIRE(golden.steps.size() >= 2);  // a prefill and at least one decode through the cache
     CHECK(golden.steps[0].kind == "prefill");
     CHECK(golden.steps[1].kind == "decode");
@@ -177,6 +200,42 @@ TEST_CASE("golden: a RoPE bug planted in the fast backend is found at L0.q_rope 
       }
       // The formatted report names the stage, layer and step for the reader.
       CHECK(format_divergence(*first).find("L0.q_rope (stage q_rope, layer 0, step 0)") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("golden: bf16-rounded weights pass the bf16 tolerance profile, and the planted RoPE bug still fails it") {
+  // What the GPU's default bf16 weights do to a run, reproduced on the CPU: every matrix rounded to
+  // bf16. The dump must be within the bf16 profile (trace/compare.h) at every stage of every golden;
+  // the same run with the planted RoPE bug must still diverge first at L0.q_rope.
+  CompareOptions bf16;
+  bf16.profile = ToleranceProfile::BF16;
+  for (const std::string name : kGoldens) {
+    SUBCASE(name.c_str()) {
+      const Manifest golden = read_manifest(golden_dir(name) / "manifest.json");
+      // (rounded weights are another model: its greedy tokens may differ, so they are not checked)
+      const fs::path rounded = run_engine(
+          name, golden,
+          [](const LoadedModel& m) { return make_cpu_backend(with_bf16_matrices(m), CpuOptions{.threads = 2}); },
+          ".bf16", /*planted=*/true);
+      const ComparisonResult strict = compare_dumps(rounded, golden_dir(name));
+      CHECK_MESSAGE(!strict.ok(), "bf16-rounded weights should fail the f32 tolerances");
+      const ComparisonResult result = compare_dumps(rounded, golden_dir(name), bf16);
+      CHECK_MESSAGE(result.ok(), format_comparison(result, /*only_failures=*/true));
+      double worst = 0;
+      for (const auto& c : result.tensors) worst = std::max(worst, c.tolerance.nmse > 0 ? c.nmse / c.tolerance.nmse : 0);
+      MESSAGE(name, ": bf16-rounded weights use at most ", worst, " of the bf16 NMSE bound");
+
+      CpuOps planted;
+      planted.rope = rope_with_swapped_layout;
+      const fs::path bug = run_engine(
+          name, golden,
+          [&](const LoadedModel& m) { return make_cpu_backend(with_bf16_matrices(m), CpuOptions{.threads = 2}, planted); },
+          ".bf16-rope-bug", /*planted=*/true);
+      const ComparisonResult found = compare_dumps(bug, golden_dir(name), bf16);
+      REQUIRE_MESSAGE(found.first() != nullptr, "the planted bug went unnoticed under the bf16 profile");
+      CHECK_MESSAGE(found.first()->name == "L0.q_rope", format_divergence(*found.first()));
+      CHECK(found.first()->step == 0);
     }
   }
 }

@@ -33,10 +33,11 @@ struct Vector {
   std::vector<int> ids;
 };
 
-// Reads <stem>.inp and <stem>.out from tests/data/tokenizers/llamacpp-vocab.
-inline std::vector<Vector> read_vectors(const std::string& stem) {
-  const std::string inp = read_file(source_data("llamacpp-vocab/" + stem + ".inp"));
-  const std::string out = read_file(source_data("llamacpp-vocab/" + stem + ".out"));
+// Reads a .inp file and its .out file; `stem` names them in messages.
+inline std::vector<Vector> read_vectors_from(const std::filesystem::path& inp_path, const std::filesystem::path& out_path,
+                                             const std::string& stem) {
+  const std::string inp = read_file(inp_path);
+  const std::string out = read_file(out_path);
   const std::string separator = "\n__ggml_vocab_test__\n";
   std::vector<Vector> vectors;
   for (size_t pos = 0; pos < inp.size();) {
@@ -58,6 +59,12 @@ inline std::vector<Vector> read_vectors(const std::string& stem) {
   return vectors;
 }
 
+// Reads <stem>.inp and <stem>.out from tests/data/tokenizers/llamacpp-vocab.
+inline std::vector<Vector> read_vectors(const std::string& stem) {
+  return read_vectors_from(source_data("llamacpp-vocab/" + stem + ".inp"), source_data("llamacpp-vocab/" + stem + ".out"),
+                           stem);
+}
+
 inline std::string ids_text(const std::vector<int>& ids) {
   std::string s;
   for (int id : ids) s += std::to_string(id) + " ";
@@ -66,10 +73,13 @@ inline std::string ids_text(const std::vector<int>& ids) {
 
 // Encodes every vector (no special tokens, as llama.cpp's test-tokenizer-0 does) and counts the
 // exact matches; each mismatch is reported with the string and both id lists.
-inline int count_exact(const Tokenizer& tokenizer, const std::vector<Vector>& vectors, const std::string& name) {
+// parse_special: whether special-token text in a string is the special token (Hugging Face's
+// tokenizers do that by default; llama.cpp's vectors were made without).
+inline int count_exact(const Tokenizer& tokenizer, const std::vector<Vector>& vectors, const std::string& name,
+                       bool parse_special = false) {
   int exact = 0;
   for (const Vector& v : vectors) {
-    const std::vector<int> ids = tokenizer.encode(v.text, /*add_special=*/false, /*parse_special=*/false);
+    const std::vector<int> ids = tokenizer.encode(v.text, /*add_special=*/false, parse_special);
     if (ids == v.ids) {
       ++exact;
     } else {

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <random>
 
+#include "core/dtype.h"
 #include "trace/compare.h"
 #include "trace/dump_sink.h"
 #include "trace/npy.h"
@@ -19,8 +21,10 @@ namespace {
 using Perturb = std::function<void(Stage, int layer, int step, std::vector<float>& values, std::vector<int64_t>& shape)>;
 
 // A fake two-layer, two-step run: T=3 prefill then one decode token; H=2, D=4, E=8, V=16.
-void make_dump(const std::filesystem::path& dir, const Perturb& perturb = nullptr) {
+void make_dump(const std::filesystem::path& dir, const Perturb& perturb = nullptr,
+               const nlohmann::json& settings = nlohmann::json::object()) {
   DumpSink sink(dir);
+  sink.manifest().settings = settings;
   unsigned seed = 1;
   for (int step = 0; step < 2; ++step) {
     const int64_t T = step == 0 ? 3 : 1, P = step == 0 ? 3 : 4, start = step == 0 ? 0 : 3;
@@ -224,4 +228,73 @@ TEST_CASE("compare: an extra stage in ours is listed but is not a failure") {
   int only = 0;
   for (const auto& c : r.tensors) only += c.status == CompareStatus::OnlyInOurs;
   CHECK(only == 2);
+}
+
+TEST_CASE("compare: the bf16 and f16 profiles follow the arithmetic of rounded weights") {
+  const double eps_bf16 = std::pow(2.0 / 256, 2) / 24, eps_f16 = std::pow(2.0 / 2048, 2) / 24;
+  CHECK(eps_bf16 == doctest::Approx(2.54e-6).epsilon(1e-2));
+  const StageTolerance embed = stage_tolerance(Stage::embeddings, ToleranceProfile::BF16, 0);
+  CHECK(embed.nmse == doctest::Approx(4 * eps_bf16));
+  CHECK(embed.max_abs == doctest::Approx(2.0 / 256));
+  // a stage of layer l has passed l + 1 layers: 40 eps per layer passed, plus 40
+  CHECK(stage_tolerance(Stage::attn_out, ToleranceProfile::BF16, 1).nmse == doctest::Approx(80 * eps_bf16));
+  CHECK(stage_tolerance(Stage::attn_out, ToleranceProfile::BF16, 5).nmse == doctest::Approx(240 * eps_bf16));
+  CHECK(stage_tolerance(Stage::attn_out, ToleranceProfile::F16, 5).nmse == doctest::Approx(240 * eps_f16));
+  CHECK(stage_tolerance(Stage::q, ToleranceProfile::F16, 1).max_abs == doctest::Approx(10.0 / 2048));
+  CHECK(stage_tolerance(Stage::logits, ToleranceProfile::BF16, 3).argmax);  // logits keep the argmax rule
+  CHECK(stage_tolerance(Stage::token_ids, ToleranceProfile::BF16, 0).exact);
+  CHECK(stage_tolerance(Stage::q, ToleranceProfile::F32, 9).nmse == stage_tolerance(Stage::q).nmse);
+  CHECK(tolerance_profile_from_name("BFloat16") == ToleranceProfile::BF16);
+  CHECK(tolerance_profile_from_name("float32") == ToleranceProfile::F32);
+  CHECK_FALSE(tolerance_profile_from_name("q4_0").has_value());
+}
+
+TEST_CASE("compare: bf16-sized errors pass the bf16 profile, chosen from the manifests; a bug still fails it") {
+  auto golden = test::fresh_dir("cmp_bf16_golden");
+  make_dump(golden, nullptr, {{"backend", "cpu"}, {"dtype", "float32"}});
+  // What bf16 weights do to a run: embedding rows rounded to bf16 (NMSE ~eps), every later tensor
+  // off by a relative error uniform in +-1.2% (NMSE ~4.8e-5, about 19 eps, as seen on the H200).
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> rel(-1.2e-2f, 1.2e-2f);
+  auto bf16_like = [&](Stage s, int, int, std::vector<float>& v, std::vector<int64_t>&) {
+    if (s == Stage::token_ids) return;
+    for (auto& x : v) {
+      if (!std::isfinite(x)) continue;
+      x = s == Stage::embeddings ? bf16_to_f32(f32_to_bf16(x)) : x * (1 + rel(rng));
+    }
+  };
+  const nlohmann::json cuda_bf16 = {{"backend", "cuda"}, {"weight_dtype", "bf16"}};
+  auto ours = test::fresh_dir("cmp_bf16_ours");
+  make_dump(ours, bf16_like, cuda_bf16);
+
+  ComparisonResult r = compare_dumps(ours, golden);
+  CHECK(r.profile == ToleranceProfile::BF16);
+  CHECK_MESSAGE(r.ok(), format_comparison(r, true));
+  const std::string report = format_comparison(r);
+  CHECK(report.find("A, under test: ") != std::string::npos);
+  CHECK(report.find("(cuda, bf16 weights)") != std::string::npos);
+  CHECK(report.find("(cpu, float32 weights)") != std::string::npos);
+  CHECK(report.find("bf16 profile (from the manifests: A's weights bf16, B's float32)") != std::string::npos);
+
+  // the same dumps judged as two f32 runs: the rounded embeddings already diverge
+  CompareOptions f32;
+  f32.profile = ToleranceProfile::F32;
+  ComparisonResult strict = compare_dumps(ours, golden, f32);
+  REQUIRE(strict.first() != nullptr);
+  CHECK(strict.first()->name == "embeddings");
+  CHECK(strict.profile_source == "given by the caller");
+
+  // a bug on top of the bf16 noise (q rotated by a wrong angle: here, 30% of each value moved) is
+  // found where it enters
+  auto bugged = test::fresh_dir("cmp_bf16_bug");
+  make_dump(bugged, [&](Stage s, int layer, int step, std::vector<float>& v, std::vector<int64_t>& shape) {
+    bf16_like(s, layer, step, v, shape);
+    if (s == Stage::q_rope && layer == 0)
+      for (size_t i = 0; i + 1 < v.size(); i += 2) std::swap(v[i], v[i + 1]), v[i] *= 0.7f;
+  }, cuda_bf16);
+  ComparisonResult found = compare_dumps(bugged, golden);
+  CHECK(found.profile == ToleranceProfile::BF16);
+  REQUIRE(found.first() != nullptr);
+  CHECK(found.first()->name == "L0.q_rope");
+  CHECK(found.first()->step == 0);
 }

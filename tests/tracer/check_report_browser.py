@@ -304,7 +304,7 @@ try:
     expect("SAME" in out, f"report --compare against the reference: {out}")
     open_report(browser, same)
     verdict = browser.evaluate("document.getElementById('verdict').innerText")
-    expect("SAME" in verdict and "reference backend" in verdict, f"the verdict reads {verdict!r}")
+    expect("SAME" in verdict and "reference, f32 weights" in verdict, f"the verdict reads {verdict!r}")
     if planted_bug:
         bug = os.path.join(work, "bug")
         run([planted_bug, "data/stories260K", bug])

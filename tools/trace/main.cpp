@@ -2,7 +2,8 @@
 //
 //   journey-trace render DIR [--out FILE.svg|.png|.dot] [--layer N] [--step N]
 //   journey-trace report DIR [--out report.html] [--layer N] [--step N] [--compare DIR_B]
-//   journey-trace diff DIR_A DIR_B [--svg FILE] [--only-failures] [--tolerance-scale X]
+//   journey-trace diff DIR_A DIR_B [--svg FILE] [--only-failures] [--tolerance-profile auto|f32|bf16|f16]
+//                     [--tolerance-scale X]
 //   journey-trace golden DIR --against tests/golden/NAME [--svg FILE]
 //
 // Exit status: 0 = done / every stage within tolerance, 1 = a stage diverges, 2 = an error
@@ -119,9 +120,13 @@ void write_diff_svg(const ComparisonResult& result, const std::filesystem::path&
 }
 
 int run_compare(const std::string& ours, const std::string& golden, const std::string& svg, bool only_failures,
-                double tolerance_scale, const char* verdict_ok) {
+                double tolerance_scale, const std::string& profile, const char* verdict_ok) {
   CompareOptions options;
   options.tolerance_scale = tolerance_scale;
+  if (profile != "auto") {
+    options.profile = tolerance_profile_from_name(profile);
+    if (!options.profile) fail("--tolerance-profile: expected auto, f32, bf16 or f16, found \"", profile, "\"");
+  }
   ComparisonResult result = compare_dumps(ours, golden, options);
   std::cout << format_comparison(result, only_failures) << argmax_lines(result);
   if (!svg.empty()) {
@@ -167,7 +172,7 @@ int main(int argc, char** argv) {
                      "a second dump of the same run (another backend or dtype): colour every stage by its error");
   report->callback([&] { status = run_report(report_dir, report_out, report_layer, report_step, report_compare); });
 
-  std::string diff_a, diff_b, diff_svg;
+  std::string diff_a, diff_b, diff_svg, diff_profile = "auto";
   bool diff_only_failures = false;
   double diff_scale = 1.0;
   auto* diff = app.add_subcommand("diff", "compare two dumps stage by stage; exit 1 when a stage diverges");
@@ -175,9 +180,13 @@ int main(int argc, char** argv) {
   diff->add_option("dir_b", diff_b, "the dump it is compared with (the reference)")->required();
   diff->add_option("--svg", diff_svg, "also draw the diagram with nodes coloured by divergence");
   diff->add_flag("--only-failures", diff_only_failures, "list only the failing tensors");
-  diff->add_option("--tolerance-scale", diff_scale, "multiply every tolerance (e.g. 100 for bf16)")->capture_default_str();
+  diff->add_option("--tolerance-profile", diff_profile,
+                    "tolerances for A's weight type against B's f32: auto (from the manifests), f32, bf16, f16")
+      ->capture_default_str();
+  diff->add_option("--tolerance-scale", diff_scale, "multiply every tolerance")->capture_default_str();
   diff->callback([&] {
-    status = run_compare(diff_a, diff_b, diff_svg, diff_only_failures, diff_scale, "SAME: every stage within tolerance");
+    status = run_compare(diff_a, diff_b, diff_svg, diff_only_failures, diff_scale, diff_profile,
+                         "SAME: every stage within tolerance");
   });
 
   std::string golden_dir, golden_against, golden_svg;
@@ -186,7 +195,7 @@ int main(int argc, char** argv) {
   golden->add_option("--against", golden_against, "golden dump directory, e.g. tests/golden/stories260K")->required();
   golden->add_option("--svg", golden_svg, "also draw the diagram with nodes coloured by divergence");
   golden->callback([&] {
-    status = run_compare(golden_dir, golden_against, golden_svg, /*only_failures=*/true, 1.0,
+    status = run_compare(golden_dir, golden_against, golden_svg, /*only_failures=*/true, 1.0, "f32",
                          "GOLDEN OK: every stage of the golden is matched within tolerance");
   });
 

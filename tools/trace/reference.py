@@ -65,15 +65,15 @@ def read_stage_descriptions(path=STAGES_DEF):
     return stages
 
 
-def manifest_stages(tensors, sampled):
-    """The manifest's "stages" list (docs/dump-format.md): the stages used, in journey order."""
+def manifest_stages(tensors, sampled, made_in="tools/trace/reference.py (PyTorch, from the Hugging Face definitions)"):
+    """The manifest's "stages" list (docs/dump-format.md): the stages used, in journey order, each
+    made in `made_in` by what stages.def names."""
     used = {t["stage"] for t in tensors} | ({"sampled"} if sampled else set())
     out = []
     for s in read_stage_descriptions():
         if s["name"] in used:
             out.append({"name": s["name"], "scope": s["scope"].lower(), "axes": s["axes"],
-                        "made_in": "tools/trace/reference.py (PyTorch, from the Hugging Face definitions): "
-                                   + s["made_by"].removeprefix("forward: "),
+                        "made_in": made_in + ": " + s["made_by"].removeprefix("forward: "),
                         "description": s["doc"]})
     return out
 
@@ -128,6 +128,8 @@ def load_weights(model_dir):
 
 def model_fingerprint(model_dir):
     """Same definition as journey::model_fingerprint (src/trace/manifest.h)."""
+    if os.path.isfile(model_dir):  # a single-file model (GGUF): its name and size
+        return "sha256:" + hashlib.sha256(f"{os.path.basename(model_dir)} {os.path.getsize(model_dir)}\n".encode()).hexdigest()
     material = b""
     config = os.path.join(model_dir, "config.json")
     if os.path.exists(config):

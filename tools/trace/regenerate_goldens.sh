@@ -1,8 +1,10 @@
 #!/bin/sh
 # Regenerate every golden dump under tests/golden/ (and the tiny random models they run on)
-# with the independent PyTorch reference. Run from anywhere; needs Debian's /usr/bin/python3 with
-# numpy, torch and sentencepiece. Commit the result together with the change that required it,
-# and say in the commit why the goldens changed.
+# with the two independent references: the hand-written PyTorch one (tools/trace/reference.py,
+# Debian's /usr/bin/python3 with numpy, torch and sentencepiece) and transformers' own modeling
+# code (tools/trace/hf_reference.py, in the project's Python environment: tools/python/make-venv.sh)
+# into tests/golden/transformers/. Then checks that the two agree. Run from anywhere. Commit the
+# result together with the change that required it, and say in the commit why the goldens changed.
 #
 #   tools/trace/regenerate_goldens.sh
 set -eu
@@ -18,7 +20,10 @@ for preset in tiny-llama tiny-qwen2 tiny-qwen3; do
   $PY tools/make_random_model.py --preset "$preset" --seed 0 --out "tests/golden/models/$preset"
   $PY tools/trace/reference.py --model "tests/golden/models/$preset" --tokens "$PROMPT_IDS" \
       --decode-steps "$DECODE_STEPS" --out "tests/golden/$preset"
+  tools/python/venv-python tools/trace/hf_reference.py --model "tests/golden/models/$preset" --tokens "$PROMPT_IDS" \
+      --decode-steps "$DECODE_STEPS" --out "tests/golden/transformers/$preset"
 done
+$PY tests/golden/check_hf_goldens.py
 
 # The real model that ships in data/: tokenized from text, so the tokenizer is checked too.
 $PY tools/trace/reference.py --model data/stories260K --prompt "Once upon a time" \

@@ -324,30 +324,17 @@ class ReportBuilder {
       if (it == step_index.end()) continue;
       per_step[it->second][c.name] = {std::string(compare_status_name(c.status)), round_sig(c.nmse), round_sig(c.max_abs)};
     }
-    json out = {{"a", describe(r.ours)}, {"b", describe(r.golden)}, {"ok", r.ok()}, {"steps", per_step}};
+    // What each dump is (compare_dumps' labels: backend and weight type) and the tolerance profile.
+    json out = {{"a", cat(r.ours_label, " — ", r.ours.string())},
+                {"b", cat(r.golden_label, " — ", r.golden.string())},
+                {"profile", cat(tolerance_profile_name(r.profile), " tolerances (", r.profile_source, ")")},
+                {"ok", r.ok()},
+                {"steps", per_step}};
     if (const TensorComparison* first = r.first())
       out["first"] = {{"name", first->name}, {"stage", first->stage}, {"layer", first->layer}, {"step", first->step},
                       {"status", std::string(compare_status_name(first->status))}, {"detail", first->detail},
                       {"text", format_divergence(*first)}};
     return out;
-  }
-
-  // What a dump is, in words: "reference backend, f32 weights (journey trace) at DIR".
-  static std::string describe(const std::filesystem::path& dir) {
-    const Manifest m = read_manifest(dir / "manifest.json");
-    std::string what;
-    if (m.settings.is_object() && m.settings.contains("backend") && m.settings["backend"].is_string())
-      what = m.settings["backend"].get<std::string>() + " backend";
-    else
-      what = m.generated_by_tool.empty() ? std::string("an unnamed writer") : m.generated_by_tool;
-    for (const char* key : {"weight_dtype", "dtype", "reference_dtype"})
-      if (m.settings.is_object() && m.settings.contains(key) && m.settings[key].is_string()) {
-        what += cat(", ", m.settings[key].get<std::string>(), std::string(key) == "reference_dtype" ? " arithmetic" : " weights");
-        break;
-      }
-    if (!m.generated_by_tool.empty() && what.find(m.generated_by_tool) == std::string::npos)
-      what += cat(" (", m.generated_by_tool, ")");
-    return cat(what, " — ", dir.string());
   }
 
   const Dump& dump_;

@@ -492,7 +492,8 @@ $('stepOnly').addEventListener('change', drawStats);
 if (D.compare) {
   const v = $('verdict'), c = D.compare;
   v.hidden = false; v.className = c.ok ? 'ok' : 'bad';
-  v.innerHTML = '<div><b>A</b> (this report): ' + esc(c.a) + '<br><b>B</b> (compared with): ' + esc(c.b) + '</div>' +
+  v.innerHTML = '<div><b>A</b> (this report): ' + esc(c.a) + '<br><b>B</b> (compared with): ' + esc(c.b) +
+    '<br><span class="muted">' + esc(c.profile) + '</span></div>' +
     (c.ok ? '<b>SAME: every stage within tolerance</b>' : '<b>DIVERGED: first at ' + esc(c.first.name) + ' (step ' + c.first.step + ')</b> — ' +
       esc(c.first.status) + ' <button id="gofirst">show it</button><details><summary>the numbers</summary><pre>' + esc(c.first.text) + '</pre></details>');
   const lg = $('legend'); lg.hidden = false;

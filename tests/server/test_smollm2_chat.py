@@ -1,0 +1,143 @@
+"""A real instruct model behind `journey serve`, asked the seeds' way with the official `openai` client.
+
+    tools/python/venv-python tests/server/test_smollm2_chat.py --journey build/src/cli/journey \
+        --model models/smollm2-135m-instruct
+
+SmolLM2-135M-Instruct (Q4_1 GGUF, fetched by tools/python/fetch-models.sh into the git-ignored
+models/) answers "What is the capital of France?" through the chat template in its GGUF metadata
+(ChatML) and stops on its EOS, <|im_end|>. Checked against transformers on the same GGUF file
+(tools/python/gguf_reference.py): the prompt token ids equal apply_chat_template(...) with the
+GGUF's own template, tokenized by the tokenizer transformers builds from the GGUF vocabulary; the greedy answer is the one
+tests/golden/check_smollm2.py checks token for token against transformers' LlamaForCausalLM.
+Skips (exit 77, saying so) when the model is absent. Run by ctest as server_smollm2_chat.
+"""
+import argparse
+import os
+import sys
+import unittest
+
+import openai
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from journey_server import JourneyServer  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = "smollm2"
+QUESTION = [{"role": "system", "content": "You are a concise assistant. Answer in one sentence."},
+            {"role": "user", "content": "What is the capital of France?"}]
+server = None
+client = None
+HF_TOKENIZER = None
+sys.path.insert(0, os.path.join(REPO, "tools", "python"))
+
+
+def setUpModule():
+    global server, client
+    server = JourneyServer(ARGS.journey, ARGS.model, MODEL).__enter__()
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key=server.key, max_retries=0)
+
+
+def tearDownModule():
+    alive = server.alive()
+    log = server.log_text() if not alive else ""
+    server.stop()
+    if not alive:
+        raise RuntimeError(f"the server died during the tests:\n{log}")
+
+
+def hf_tokenizer():
+    """transformers' tokenizer from the same GGUF file (tools/python/gguf_reference.py), made once."""
+    global HF_TOKENIZER
+    if HF_TOKENIZER is None:
+        from gguf_reference import tokenizer_for_gguf
+        HF_TOKENIZER = tokenizer_for_gguf(ARGS.model, [f for f in os.listdir(ARGS.model) if f.endswith(".gguf")][0])
+    return HF_TOKENIZER
+
+
+def hf_prompt_ids(messages):
+    """The prompt as transformers builds it from the same GGUF file: its template, its vocabulary."""
+    tokenizer = hf_tokenizer()
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return text, tokenizer(text, add_special_tokens=False).input_ids
+
+
+class SeedsRequest(unittest.TestCase):
+    def test_capital_of_france_streamed_stops_on_im_end(self):
+        full = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=64, temperature=0)
+        answer = full.choices[0].message.content
+        print(f"\n  SmolLM2 (greedy): {answer!r}", file=sys.stderr)
+        self.assertIn("Paris", answer)
+        # Stopped by the model's EOS (<|im_end|>), not by max_tokens; the EOS is not in the text.
+        self.assertEqual(full.choices[0].finish_reason, "stop")
+        self.assertLess(full.usage.completion_tokens, 64)
+        self.assertNotIn("<|im_end|>", answer)
+        self.assertNotIn("<|im_start|>", answer)
+        # Streamed: the same text in pieces, the same usage.
+        stream = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=64, temperature=0,
+                                                stream=True, stream_options={"include_usage": True})
+        pieces, usage, reason = [], None, None
+        for chunk in stream:
+            if chunk.usage:
+                usage = chunk.usage
+            if chunk.choices:
+                pieces.append(chunk.choices[0].delta.content or "")
+                reason = chunk.choices[0].finish_reason or reason
+        self.assertGreater(len([p for p in pieces if p]), 1)
+        self.assertEqual("".join(pieces), answer)
+        self.assertEqual(reason, "stop")
+        self.assertEqual(usage.completion_tokens, full.usage.completion_tokens)
+        self.assertEqual(usage.prompt_tokens, full.usage.prompt_tokens)
+
+    def test_prompt_is_the_gguf_chat_template_tokenized_as_transformers_does(self):
+        text, ids = hf_prompt_ids(QUESTION)
+        self.assertTrue(text.startswith("<|im_start|>system\nYou are a concise assistant."), text)
+        self.assertTrue(text.endswith("<|im_start|>assistant\n"), text)
+        served = server.post_json("/tokenize", {"messages": QUESTION})
+        self.assertEqual(served["tokens"], ids)
+        full = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=1, temperature=0)
+        self.assertEqual(full.usage.prompt_tokens, len(ids))
+        # Without a system message the template inserts SmolLM's default one.
+        _, user_only = hf_prompt_ids(QUESTION[1:])
+        self.assertEqual(server.post_json("/tokenize", {"messages": QUESTION[1:]})["tokens"], user_only)
+
+    def test_gguf_tokenizer_over_3056_strings(self):
+        """The tokenizer journey builds from the GGUF vocabulary against the Rust tokenizers that
+        transformers builds from the same vocabulary, over the tokenizers-rs strings (Chinese, emoji,
+        whitespace runs ...); special-token text is plain text on both sides (/tokenize's prompt)."""
+        import lzma
+        path = os.path.join(REPO, "tests", "data", "tokenizers", "tokenizers-rs", "strings.inp.xz")
+        with lzma.open(path, "rt", encoding="utf-8", newline="") as f:
+            texts = f.read().split("\n__ggml_vocab_test__\n")[:-1]
+        tokenizer = hf_tokenizer()
+        mismatches = []
+        for text in texts:
+            ours = server.post_json("/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"]
+            theirs = tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids
+            if ours != theirs:
+                mismatches.append(f"{text!r}\n    journey      {ours}\n    transformers {theirs}")
+        print(f"\n  GGUF tokenizer: {len(texts) - len(mismatches)}/{len(texts)} strings identical", file=sys.stderr)
+        self.assertEqual(mismatches, [], "\n".join(mismatches[:5]))
+
+    def test_sampling_with_temperature_and_seed_is_reproducible(self):
+        request = dict(model=MODEL, messages=QUESTION, max_tokens=24, temperature=0.8, seed=5)
+        a = client.chat.completions.create(**request).choices[0].message.content
+        b = client.chat.completions.create(**request).choices[0].message.content
+        self.assertEqual(a, b)
+        others = {client.chat.completions.create(**dict(request, seed=s, temperature=1.3)).choices[0].message.content
+                  for s in range(4)}
+        self.assertGreater(len(others), 1, "four seeds at temperature 1.3 gave one answer")
+
+    def test_blocks_free_and_metrics_after_the_requests(self):
+        self.assertEqual(server.wait_for_metric("journey:kv_blocks_used", lambda v: v == 0), 0)
+        self.assertEqual([m.id for m in client.models.list().data], [MODEL])
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--journey", required=True, help="the journey binary")
+    parser.add_argument("--model", required=True, help="models/smollm2-135m-instruct (a directory with one .gguf)")
+    ARGS, rest = parser.parse_known_args()
+    if not os.path.isdir(ARGS.model) or not any(f.endswith(".gguf") for f in os.listdir(ARGS.model)):
+        print(f"SKIP: {ARGS.model} is absent; tools/python/fetch-models.sh (run by scripts/install-deps.sh) fetches it")
+        sys.exit(77)
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
