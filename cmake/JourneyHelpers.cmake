@@ -14,16 +14,30 @@ function(journey_add_test name)
   endif()
 endfunction()
 
-# journey_add_chapter(ch04_attention [ARGS ...])
-# A chapter is chapters/<name>/main.cpp: a thin driver over the journey library. It builds as its
-# own target and runs as a ctest (label "chapter") on the shipped default model.
+# journey_add_chapter(ch04_attention [ARGS ...] [LIBS ...])
+# A chapter is chapters/<name>/main.cpp: a thin driver over the journey library, and
+# chapters/<name>/README.md (+ README.zh-CN.md): the lesson. It builds as its own target and runs
+# as the ctest chapter.<name> (label "chapter") on the shipped default model, from the repository
+# root. The output a README shows between <!-- journey:output <name> ... --> and
+# <!-- journey:end --> must be what the program prints: the ctest runs tools/book/update_outputs.py
+# --check, which runs the program and compares (docs/book.md); tools/book/update_outputs.py --build
+# BUILD --chapter <name> rewrites the blocks after an intended change. ARGS: the arguments of a
+# plain run when no README marks a block (a marked block names its own). Exit status 77 = skipped.
 function(journey_add_chapter name)
   cmake_parse_arguments(ARG "" "" "ARGS;LIBS" ${ARGN})
   add_executable(${name} ${CMAKE_CURRENT_SOURCE_DIR}/${name}/main.cpp)
   target_link_libraries(${name} PRIVATE journey_lib ${ARG_LIBS})
   target_compile_definitions(${name} PRIVATE JOURNEY_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   if(JOURNEY_TESTS)
-    add_test(NAME chapter.${name} COMMAND ${name} ${ARG_ARGS} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-    set_tests_properties(chapter.${name} PROPERTIES LABELS chapter)
+    find_program(JOURNEY_PYTHON3 NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+    find_program(JOURNEY_PYTHON3 NAMES python3)
+    if(NOT JOURNEY_PYTHON3)
+      message(FATAL_ERROR "python3 is needed to check the chapters' README output (apt install python3)")
+    endif()
+    add_test(NAME chapter.${name}
+      COMMAND ${JOURNEY_PYTHON3} ${PROJECT_SOURCE_DIR}/tools/book/update_outputs.py --check --chapter ${name}
+              --binary $<TARGET_FILE:${name}> -- ${ARG_ARGS}
+      WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    set_tests_properties(chapter.${name} PROPERTIES LABELS chapter SKIP_RETURN_CODE 77)
   endif()
 endfunction()

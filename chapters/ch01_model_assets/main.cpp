@@ -1,8 +1,11 @@
 // Chapter 1 — what is in a model directory.
 // Runs the same inspection as `journey inspect` and then checks the one fact every reader should
-// be able to derive by hand: the parameter count follows from config.json alone.
+// be able to derive by hand: the parameter count follows from config.json alone. Then it plans
+// memory for two models nobody here has downloaded, from their published config.json alone
+// (Llama 2 7B and 70B): weights, KV cache per token, sequences that fit in a GPU.
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "assets/inspect.h"
@@ -59,6 +62,38 @@ int main(int argc, char** argv) try {
               report.bytes_f32 / 1e6, report.bytes_bf16 / 1e6, report.bytes_q8_0 / 1e6, report.bytes_q4_0 / 1e6);
   if (expected != report.parameters) {
     std::cerr << "MISMATCH: the file holds a different number of parameters than the config implies\n";
+    return 1;
+  }
+
+  // Planning before downloading: config.json alone (Meta's published Llama 2 configurations).
+  struct Planned { const char* name; const char* config; int64_t published; };
+  const Planned planned[] = {
+      {"llama-2-7b", R"({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000,
+         "max_position_embeddings": 4096, "torch_dtype": "float16"})", 6738415616},
+      {"llama-2-70b", R"({"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
+         "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 32000,
+         "max_position_embeddings": 4096, "torch_dtype": "float16"})", 68976648192}};
+  std::cout << "\nPlanning from config.json alone (bf16 weights, f16 KV cache, sequences of 4096 tokens):\n";
+  bool plans_ok = true;
+  for (const Planned& p : planned) {
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() / "journey-ch01" / p.name;
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "config.json") << p.config;
+    const InspectReport plan = inspect_model(dir);  // no weights in dir: sizes from the config
+    const int64_t by_hand = parameters_from_config(plan.config);
+    std::printf("  %s: %.2f billion parameters -> %.2f GB of weights; KV cache %llu bytes per token, "
+                "%.2f GB per sequence\n", p.name, plan.parameters / 1e9, plan.bytes_bf16 / 1e9,
+                (unsigned long long)plan.kv_bytes_per_token_f16, plan.kv_bytes_per_token_f16 * 4096 / 1e9);
+    for (const char* budget : {"24GB", "80GB"}) {
+      const MemoryFit fit = fit_in_memory(parse_memory_size(budget), plan.bytes_bf16, plan.kv_bytes_per_token_f16, 4096);
+      if (fit.weights_fit) std::printf("      in %s: %lld sequences\n", budget, (long long)fit.sequences);
+      else std::printf("      in %s: the weights alone do not fit\n", budget);
+    }
+    plans_ok = plans_ok && plan.parameters == p.published && by_hand == p.published;
+  }
+  if (!plans_ok) {
+    std::cerr << "MISMATCH: a planned parameter count differs from the published one\n";
     return 1;
   }
   return 0;

@@ -119,7 +119,10 @@ std::vector<fs::path> convert_llama2c_to_hf(const ConvertLlama2cOptions& opt) {
   write_json(opt.out_dir / "config.json", config);
   written.push_back(opt.out_dir / "config.json");
 
-  write_json(opt.out_dir / "generation_config.json", ordered_json{{"bos_token_id", 1}, {"eos_token_id", 2}});
+  // The end ids run.c obeys, BOS among them (llama2c_generation_config() says why).
+  const GenerationConfig generation = llama2c_generation_config();
+  write_json(opt.out_dir / "generation_config.json",
+             ordered_json{{"bos_token_id", *generation.bos_token_id}, {"eos_token_id", generation.eos_token_ids}});
   written.push_back(opt.out_dir / "generation_config.json");
 
   if (opt.tokenizer_model) {

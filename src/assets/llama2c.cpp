@@ -62,6 +62,17 @@ ModelConfig config_from(const Header& h, bool shared) {
   return c;
 }
 
+}  // namespace
+
+GenerationConfig llama2c_generation_config() {
+  GenerationConfig g;
+  g.bos_token_id = 1;
+  g.eos_token_ids = {2, 1};  // EOS, then BOS: the end of a TinyStories story (see llama2c.h)
+  return g;
+}
+
+namespace {
+
 // One tensor of the file, named and shaped as in Hugging Face; `layer` < 0 for global tensors.
 struct Slot {
   std::string name;

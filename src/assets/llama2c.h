@@ -23,6 +23,14 @@ struct Llama2cCheckpoint {
 // header whose implied size equals the file size.
 bool is_llama2c_file(const std::filesystem::path& path);
 
+// The generation defaults of every llama2.c model: BOS id 1, and end ids {2, 1}. run.c stops when
+// the model samples BOS (`if (next == 1) break;`): llama2.c's training data (tinystories.py
+// pretokenize: `enc.encode(text, bos=True, eos=False)`) separates stories with BOS alone and never
+// contains EOS, so a model trained on it ends a story by starting the next one. Listing BOS among
+// the end ids makes journey stop where run.c stops, through the ordinary stop rules. The loader
+// uses this for .bin files and `journey convert llama2c` writes it into generation_config.json.
+GenerationConfig llama2c_generation_config();
+
 // Read a checkpoint; errors name the file, the field and expected vs found sizes.
 // With with_weights = false only the header is read and checked (including the exact file size).
 Llama2cCheckpoint read_llama2c(const std::filesystem::path& path, bool with_weights = true);

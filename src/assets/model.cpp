@@ -82,7 +82,7 @@ LoadedModel load_llama2c(const fs::path& file, bool with_weights) {
   m.format = ModelFormat::Llama2c;
   Llama2cCheckpoint ck = read_llama2c(file, with_weights);
   m.config = ck.config;
-  m.generation = generation_from(m.config);
+  m.generation = llama2c_generation_config();  // BOS ends a story, as in run.c
   m.files = {{file, "weights", uint64_t(fs::file_size(file))}};
   // llama2.c keeps its tokenizer beside the checkpoint under one of these names.
   const fs::path dir = file.parent_path().empty() ? fs::path(".") : file.parent_path();

@@ -3,8 +3,11 @@
 // Each line read from stdin is a user turn: the whole history is rendered with the template and
 // generated from (no cache is kept between turns: the loop stays the same as `generate`), the
 // answer is streamed and appended to the history. "/reset" clears the history (the system message
-// stays), "/exit" or end of input quits. Works the same when stdin is a pipe: every turn on stdout
-// is "> " followed by the answer and "\n"; notes and per-turn summaries go to stderr.
+// stays), "/exit" or end of input quits. At a terminal each turn starts with a "> " prompt; when
+// stdin is a pipe or a file nobody reads prompts, so stdout holds only the answers, one per line
+// (`printf 'Hi\n' | journey chat > answers.txt`). Notes and per-turn summaries go to stderr.
+#include <unistd.h>
+
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -31,12 +34,15 @@ void run_chat(const GenerationFlags& flags) {
   std::fprintf(stderr, "journey chat: %s, template %s. /reset clears the history, /exit quits.\n",
                session.model.path.string().c_str(), tmpl.chat_template->name().c_str());
 
+  const bool interactive = isatty(STDIN_FILENO) == 1;  // prompts only for a person at a terminal
   std::string line;
   while (true) {
-    std::fputs("> ", stdout);
-    std::fflush(stdout);
+    if (interactive) {
+      std::fputs("> ", stdout);
+      std::fflush(stdout);
+    }
     if (!std::getline(std::cin, line)) {
-      std::fputs("\n", stdout);  // end of input: leave the terminal on a fresh line
+      if (interactive) std::fputs("\n", stdout);  // end of input: leave the terminal on a fresh line
       break;
     }
     if (line == "/exit") break;

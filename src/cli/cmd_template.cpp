@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "assets/llama2c.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "text/chat_template.h"
@@ -50,9 +51,32 @@ std::vector<ChatMessage> read_messages(const std::string& file) {
   return messages;
 }
 
+// A FILE named with --model must hold a chat template (or be a checkpoint that has none, which
+// renders with the plain format); anything else is a mistake worth saying, not a silent fallback.
+void check_template_file(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  if (!fs::is_regular_file(path)) return;  // directories (and missing paths) are the loader's to judge
+  const std::string ext = path.extension().string();
+  if (ext == ".jinja" || ext == ".gguf" || is_llama2c_file(path)) return;
+  if (ext == ".json") {
+    std::ifstream in(path, std::ios::binary);
+    nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (doc.is_object() && doc.contains("chat_template")) return;
+    fail(path.string(), " is not a chat template: ",
+         doc.is_discarded() ? std::string("it is not valid JSON")
+                            : cat("it has no \"chat_template\" field (", doc.is_object() ? "a JSON object with " + std::to_string(doc.size()) + " fields" : std::string(doc.type_name()), ")"),
+         "; give a model directory, a tokenizer_config.json with a chat_template, a .jinja file or a GGUF file");
+  }
+  fail(path.string(), " is not a chat template (expected a model directory, a tokenizer_config.json, a .jinja file, "
+       "a GGUF file or a llama2.c checkpoint)");
+}
+
 void run_template(const TemplateArgs& args) {
   const std::string path = args.model.empty() ? std::string(default_model_path()) : args.model;
+  check_template_file(path);
   ModelChatTemplate model_template = load_chat_template(path);
+  if (model_template.chat_template->name() == "builtin:plain")
+    std::cerr << "(" << path << " has no chat template: the built-in plain format passes the messages' text through)\n";
   ChatTemplateInputs inputs;
   inputs.messages = read_messages(args.messages_file);
   if (!args.system.empty()) {

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -23,6 +24,7 @@
 #include "cli/generation_flags.h"
 #include "core/error.h"
 #include "backend/backend.h"
+#include "engine/logit_lens.h"
 #include "engine/traced_generation.h"
 #include "engine/generate.h"
 #include "text/chat_template.h"
@@ -105,22 +107,21 @@ void run_trace(const TraceArgs& args) {
   }
 
   const Tokenizer& tokenizer = *session.tokenizer;
-  // ids past the tokenizer's vocabulary (a padded embedding table, or a model traced with a
-  // smaller tokenizer than its own) have no piece
-  auto piece = [&](int32_t id) { return id < tokenizer.vocab_size() ? tokenizer.piece(id) : std::string(); };
   GenerationCallbacks callbacks = stream_to_stdout();
-  callbacks.on_token = [&](const SampledToken& token, int64_t) {
-    ManifestSampled sampled{token.id, piece(token.id), token.prob, {}};
-    for (const TokenLogprob& alt : token.top)
-      sampled.top.push_back({alt.id, piece(alt.id), std::exp(double(alt.logprob))});
-    sink.set_sampled(std::move(sampled));
-  };
 
   if (!args.chat) {
     std::fwrite(args.prompt.data(), 1, args.prompt.size(), stdout);
     std::fflush(stdout);
   }
-  GenerationResult result = generate_traced(*session.backend, tokenizer, request, sink, callbacks);
+  // The logit lens of every layer, on the host from each layer_out (engine/logit_lens.h); only
+  // when the filters keep it, since it costs one LM-head product per layer and step.
+  std::optional<LogitLens> lens;
+  for (int layer = 0; layer < session.model.config.num_layers && !lens; ++layer)
+    if (filters.layers.contains(layer) &&
+        (filters.stage_matches(Stage::logit_lens, layer) || filters.stage_matches(Stage::logit_lens_probs, layer)))
+      lens = LogitLens::from_model(session.model);
+  GenerationResult result =
+      generate_traced(*session.backend, tokenizer, request, sink, callbacks, lens ? &*lens : nullptr);
   std::fputs("\n", stdout);
 
   Manifest& m = sink.manifest();
@@ -150,7 +151,9 @@ void run_trace(const TraceArgs& args) {
                 {"filters", {{"stages", args.stages}, {"layers", args.layers}, {"heads", args.heads}, {"steps", args.steps}}},
                 {"generated_text", result.text},
                 {"finish_reason", finish_reason_name(result.finish_reason)}};
-  sink.finish();
+  // ids past the tokenizer's vocabulary (a padded embedding table, or a model traced with a smaller
+  // tokenizer than its own) have no piece
+  sink.finish([&tokenizer](int32_t id) { return id < tokenizer.vocab_size() ? tokenizer.piece(id) : std::string(); });
   print_summary(result, request.sampling);
   std::fprintf(stderr, "[trace: %zu tensors over %zu steps in %s]\n", m.tensors.size(), m.steps.size(),
                args.out.c_str());

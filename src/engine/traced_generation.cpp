@@ -1,8 +1,11 @@
 #include "engine/traced_generation.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "backend/backend.h"
+#include "engine/logit_lens.h"
+#include "text/tokenizer.h"
 
 namespace journey {
 
@@ -54,12 +57,25 @@ std::vector<int64_t> prefill_positions(size_t prompt_tokens) {
 }
 
 GenerationResult generate_traced(Backend& backend, const Tokenizer& tokenizer, const GenerationRequest& request,
-                                 DumpSink& sink, const GenerationCallbacks& callbacks) {
+                                 DumpSink& sink, const GenerationCallbacks& callbacks, const LogitLens* lens) {
   const bool started = std::any_of(sink.manifest().steps.begin(), sink.manifest().steps.end(),
                                    [](const ManifestStep& s) { return s.step == 0; });
   if (!started) sink.set_step(0, "prefill", prefill_positions(request.prompt_ids.size()));
   StepMarkingBackend marking(backend, sink);
-  return generate(marking, tokenizer, request, callbacks, &sink);
+  // The "sampled" stage lives in the manifest: each token with its probability and alternatives.
+  GenerationCallbacks recording = callbacks;
+  recording.on_token = [&](const SampledToken& token, int64_t position) {
+    // ids past the tokenizer's vocabulary (a padded embedding table) have no piece
+    auto piece = [&](int32_t id) { return id < tokenizer.vocab_size() ? tokenizer.piece(id) : std::string(); };
+    ManifestSampled sampled{token.id, piece(token.id), token.prob, {}};
+    for (const TokenLogprob& alt : token.top)
+      sampled.top.push_back({alt.id, piece(alt.id), std::exp(double(alt.logprob))});
+    sink.set_sampled(std::move(sampled));
+    if (callbacks.on_token) callbacks.on_token(token, position);
+  };
+  if (!lens) return generate(marking, tokenizer, request, recording, &sink);
+  LogitLensSink with_lens(sink, *lens);
+  return generate(marking, tokenizer, request, recording, &with_lens);
 }
 
 }  // namespace journey

@@ -13,12 +13,17 @@ class Backend;
 // The positions of a prefill from position 0: 0, 1, ..., prompt_tokens - 1.
 std::vector<int64_t> prefill_positions(size_t prompt_tokens);
 class Tokenizer;
+class LogitLens;
 
 // Runs the request like generate() with `sink` receiving every wanted stage, step 0 being the
 // prefill of request.prompt_ids and each later step one decode. Step 0 is started here unless the
 // caller started it already (to record something before the prefill, such as the chat template's
-// text). The caller fills the manifest's model, prompt and settings, then calls sink.finish().
+// text). Every sampled token goes into the manifest's steps with its probability and
+// request.sampling.logprobs alternatives. With a `lens`, the logit lens of every layer is recorded
+// too (when the sink's filters want it; engine/logit_lens.h). The caller fills the manifest's
+// model, prompt and settings, then calls sink.finish().
 GenerationResult generate_traced(Backend& backend, const Tokenizer& tokenizer, const GenerationRequest& request,
-                                 DumpSink& sink, const GenerationCallbacks& callbacks = {});
+                                 DumpSink& sink, const GenerationCallbacks& callbacks = {},
+                                 const LogitLens* lens = nullptr);
 
 }  // namespace journey

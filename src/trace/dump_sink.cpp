@@ -1,5 +1,7 @@
 #include "trace/dump_sink.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "trace/npy.h"
 
@@ -58,10 +60,35 @@ ManifestTensor& DumpSink::add_entry(Stage stage, int layer, std::vector<int64_t>
   return manifest_.tensors.back();
 }
 
+namespace {
+
+// The distributions a reader shows token by token: logits and the sampler's stages.
+bool is_distribution(Stage stage) {
+  return stage == Stage::logits || stage == Stage::probs_penalized || stage == Stage::probs_temperature ||
+         stage == Stage::probs_top_k || stage == Stage::probs_top_p || stage == Stage::probs_min_p;
+}
+
+// Adds the ids of the `top` largest values of every row (the last axis) to `ids`.
+void add_top_ids(std::span<const float> values, int64_t row_length, int top, std::set<int32_t>& ids) {
+  if (row_length <= 0) return;
+  std::vector<int32_t> order(static_cast<size_t>(row_length));  // [row_length]
+  for (size_t begin = 0; begin + size_t(row_length) <= values.size(); begin += size_t(row_length)) {
+    for (int32_t i = 0; i < int32_t(row_length); ++i) order[size_t(i)] = i;
+    const size_t k = std::min<size_t>(size_t(top), order.size());
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t a, int32_t b) { return values[begin + a] > values[begin + b]; });
+    ids.insert(order.begin(), order.begin() + k);
+  }
+}
+
+}  // namespace
+
 void DumpSink::record(Stage stage, int layer, const TraceTensor& tensor) {
   if (static_cast<int64_t>(tensor.data.size()) != shape_numel(tensor.shape))
     fail("DumpSink: ", tensor_name(std::string(stage_name(stage)), layer), " has ", tensor.data.size(),
          " values for shape ", shape_string(tensor.shape));
+  if (is_distribution(stage) && !tensor.shape.empty())
+    add_top_ids(tensor.data, tensor.shape.back(), kNotableTop, notable_ids_);
   const int axis = heads_axis(stage);
   if (axis < 0 || filters_.heads.all() || tensor.shape.size() != 3) {
     ManifestTensor& entry = add_entry(stage, layer, tensor.shape, "f32");
@@ -94,10 +121,17 @@ void DumpSink::record_ints(Stage stage, int layer, std::span<const int32_t> valu
          " values for shape ", shape_string(shape));
   ManifestTensor& entry = add_entry(stage, layer, shape, "i32");
   write_npy(dir_ / entry.file, values, entry.shape);
+  if (stage == Stage::logit_lens || stage == Stage::token_ids || stage == Stage::sampled)
+    notable_ids_.insert(values.begin(), values.end());
 }
 
-void DumpSink::finish() {
+void DumpSink::finish(const std::function<std::string(int32_t)>& piece) {
   current_step_entry();
+  if (piece)
+    for (int32_t id : notable_ids_) manifest_.pieces.emplace(id, piece(id));
+  const std::string backend =
+      manifest_.settings.is_object() ? manifest_.settings.value("backend", std::string()) : std::string();
+  manifest_.stages = describe_stages(manifest_, backend);
   write_manifest(dir_ / "manifest.json", manifest_);
 }
 

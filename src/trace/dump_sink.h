@@ -4,6 +4,8 @@
 // it runs a prefill or the n-th decode step, and fills the model/prompt/token fields of manifest().
 #pragma once
 #include <filesystem>
+#include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,8 +37,11 @@ class DumpSink : public TraceSink {
   const std::filesystem::path& directory() const { return dir_; }
   int current_step() const { return step_; }
 
-  // Write manifest.json. May be called again after more steps (it rewrites the file).
-  void finish();
+  // Write manifest.json. May be called again after more steps (it rewrites the file). With a
+  // `piece` function (the tokenizer's), the manifest's pieces name every notable token: the top
+  // kNotableTop of each logits and probability row and every logit-lens id.
+  void finish(const std::function<std::string(int32_t)>& piece = {});
+  static constexpr int kNotableTop = 16;
 
  private:
   ManifestStep& current_step_entry();
@@ -47,6 +52,7 @@ class DumpSink : public TraceSink {
   Manifest manifest_;
   int step_ = 0;
   static constexpr int kCachedLayers = 512;
+  std::set<int32_t> notable_ids_;  // ids worth naming in the manifest's pieces
   mutable std::vector<int8_t> stage_cache_;  // [stages * (kCachedLayers + 1)]: -1 unknown, 0/1 answer
 };
 

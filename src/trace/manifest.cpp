@@ -1,6 +1,7 @@
 #include "trace/manifest.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -8,6 +9,7 @@
 #include <openssl/evp.h>
 
 #include "core/error.h"
+#include "trace/stages.h"
 
 namespace journey {
 namespace {
@@ -80,10 +82,40 @@ std::string tensor_name(const std::string& stage, int layer) {
 std::string tensor_file_name(const std::string& stage, int layer, int step) {
   char prefix[32];
   std::snprintf(prefix, sizeof prefix, "s%03d.", step);
-  if (layer < 0) return cat(prefix, stage, ".npy");
-  char layer_part[16];
-  std::snprintf(layer_part, sizeof layer_part, "L%02d.", layer);
-  return cat(prefix, layer_part, stage, ".npy");
+  return cat(prefix, tensor_name(stage, layer), ".npy");
+}
+
+std::vector<ManifestStage> describe_stages(const Manifest& manifest, const std::string& backend) {
+  std::vector<bool> used(kStages.size(), false);
+  for (const auto& t : manifest.tensors)
+    if (auto stage = stage_from_name(t.stage)) used[static_cast<size_t>(*stage)] = true;
+  for (const auto& s : manifest.steps)
+    if (s.sampled) used[static_cast<size_t>(Stage::sampled)] = true;
+  std::vector<ManifestStage> out;
+  for (const StageInfo& info : kStages) {
+    if (!used[static_cast<size_t>(info.stage)]) continue;
+    ManifestStage s;
+    s.name = std::string(info.name);
+    s.scope = info.scope == StageScope::Layer ? "layer" : "global";
+    for (std::string_view rest = info.axes; !rest.empty();) {
+      const size_t comma = rest.find(',');
+      s.axes.emplace_back(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+    constexpr std::string_view kForward = "forward: ";
+    // Backends live in src/<name>/<name>_backend.cpp; a name that is no such word says nothing.
+    const bool known = !backend.empty() && std::all_of(backend.begin(), backend.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+    });
+    if (info.made_by.substr(0, kForward.size()) == kForward)
+      s.made_in = cat(known ? cat("src/", backend, "/", backend, "_backend.cpp") : std::string("the backend's"),
+                      " forward(): ", info.made_by.substr(kForward.size()));
+    else
+      s.made_in = std::string(info.made_by);
+    s.description = std::string(info.doc);
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 json manifest_to_json(const Manifest& m) {
@@ -103,6 +135,12 @@ json manifest_to_json(const Manifest& m) {
     if (!t.heads.empty()) entry["heads"] = t.heads;
     tensors.push_back(entry);
   }
+  json stages = json::array();
+  for (const auto& s : m.stages)
+    stages.push_back({{"name", s.name}, {"scope", s.scope}, {"axes", s.axes}, {"made_in", s.made_in},
+                      {"description", s.description}});
+  json pieces = json::object();
+  for (const auto& [id, piece] : m.pieces) pieces[std::to_string(id)] = piece;
   return {
       {"format", m.format},
       {"version", m.version},
@@ -114,6 +152,8 @@ json manifest_to_json(const Manifest& m) {
       {"template_text", m.template_text},
       {"tokens", tokens},
       {"steps", steps},
+      {"stages", stages},
+      {"pieces", pieces},
       {"tensors", tensors},
   };
 }
@@ -171,6 +211,27 @@ Manifest manifest_from_json(const json& j, const std::string& where) {
       fail(where, ": ", ctx, " names file \"", tensor.file, "\" outside the dump directory");
     tensor.heads = field_or<std::vector<int>>(t, "heads", {}, where, ctx);
     m.tensors.push_back(tensor);
+  }
+  const json pieces = field_or<json>(j, "pieces", json::object(), where, "the manifest");
+  for (const auto& [key, value] : pieces.items()) {
+    int32_t id = 0;
+    try {
+      id = std::stoi(key);
+    } catch (const std::exception&) {
+      fail(where, ": \"pieces\" has the key \"", key, "\", expected a token id");
+    }
+    if (!value.is_string()) fail(where, ": pieces[\"", key, "\"] is ", value.type_name(), ", expected a string");
+    m.pieces[id] = value.get<std::string>();
+  }
+  for (const auto& s : field_or<json>(j, "stages", json::array(), where, "the manifest")) {
+    ManifestStage stage;
+    stage.name = field<std::string>(s, "name", where, "stages[]");
+    const std::string ctx = cat("stage \"", stage.name, "\"");
+    stage.scope = field_or<std::string>(s, "scope", "", where, ctx);
+    stage.axes = field_or<std::vector<std::string>>(s, "axes", {}, where, ctx);
+    stage.made_in = field_or<std::string>(s, "made_in", "", where, ctx);
+    stage.description = field_or<std::string>(s, "description", "", where, ctx);
+    m.stages.push_back(std::move(stage));
   }
   return m;
 }

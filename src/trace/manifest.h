@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +58,16 @@ struct ManifestTensor {
   std::vector<int> heads;           // head filter applied to this tensor; empty = all heads
 };
 
+// What one stage of the dump is, copied from stages.def so that a reader needs nothing else:
+// its axes (outermost first), where in the code it is made, and what it holds.
+struct ManifestStage {
+  std::string name;                 // "q"
+  std::string scope;                // "layer" or "global"
+  std::vector<std::string> axes;    // {"T", "H", "D"}
+  std::string made_in;              // "src/cpu/cpu_backend.cpp forward(): linear(attn_norm, q_proj)"
+  std::string description;          // one line
+};
+
 struct ManifestModel {
   std::string path;
   std::string architecture;
@@ -76,6 +87,11 @@ struct Manifest {
   std::vector<ManifestToken> tokens;
   std::vector<ManifestStep> steps;
   std::vector<ManifestTensor> tensors;
+  std::vector<ManifestStage> stages;  // every stage the tensors use, in journey order (describe_stages)
+  // The piece of every token id a reader may want to show beyond the prompt and the sampled
+  // tokens: the top entries of each logits/probability row and the logit lens's ids. Lets the
+  // report name tokens without the tokenizer. Empty when the writer had no tokenizer.
+  std::map<int32_t, std::string> pieces;
 
   // The entry for (stage, layer, step), or nullptr.
   const ManifestTensor* find(const std::string& stage, int layer, int step) const;
@@ -83,8 +99,13 @@ struct Manifest {
 
 // The dump name of a stage: "L3.q" for layer stages, the bare name for global ones.
 std::string tensor_name(const std::string& stage, int layer);
-// The file a tensor is stored in: "s000.L03.q.npy", "s001.logits.npy".
+// The file a tensor is stored in: "s000.L3.q.npy", "s001.logits.npy" (the step, then the name).
 std::string tensor_file_name(const std::string& stage, int layer, int step);
+
+// The stages entry of a manifest: one ManifestStage per stage used by manifest.tensors (and
+// "sampled" when a step sampled), in journey order, from stages.def. `backend` ("reference",
+// "cpu", "cuda"; empty when unknown) names the file whose forward() makes the model's stages.
+std::vector<ManifestStage> describe_stages(const Manifest& manifest, const std::string& backend);
 
 nlohmann::json manifest_to_json(const Manifest& manifest);
 // where: the file the JSON came from, for messages.

@@ -9,7 +9,7 @@ namespace journey {
 enum class StageScope { Global, Layer };
 
 enum class Stage : int {
-#define JOURNEY_STAGE(id, name, scope, doc) id,
+#define JOURNEY_STAGE(id, name, scope, axes, made_by, doc) id,
 #include "trace/stages.def"
 #undef JOURNEY_STAGE
 };
@@ -18,11 +18,13 @@ struct StageInfo {
   Stage stage;
   std::string_view name;
   StageScope scope;
-  std::string_view doc;
+  std::string_view axes;     // "T,H,D": axis letters, outermost first (stages.def explains them)
+  std::string_view made_by;  // "forward: linear(attn_norm, q_proj)" or "src/...: function"
+  std::string_view doc;      // what it holds, one line
 };
 
 inline constexpr std::array kStages = {
-#define JOURNEY_STAGE(id, name, scope, doc) StageInfo{Stage::id, name, StageScope::scope, doc},
+#define JOURNEY_STAGE(id, name, scope, axes, made_by, doc) StageInfo{Stage::id, name, StageScope::scope, axes, made_by, doc},
 #include "trace/stages.def"
 #undef JOURNEY_STAGE
 };

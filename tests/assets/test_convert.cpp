@@ -83,11 +83,12 @@ TEST_CASE("convert llama2c: every tensor equals the original after undoing the p
   CHECK_FALSE(tok.contains("chat_template"));
   CHECK(read_bytes(dir / "tokenizer.model") == read_bytes(kTokModel));
   const GenerationConfig g = read_generation_config(dir / "generation_config.json");
-  CHECK(g.eos_token_ids == std::vector<int>{2});
+  CHECK(g.eos_token_ids == std::vector<int>{2, 1});  // run.c stops on BOS too (llama2c_generation_config)
 
   // The shipped default model is exactly this conversion (guards data/stories260K against drift).
   CHECK(read_bytes(dir / "model.safetensors") == read_bytes(data_path("data/stories260K/model.safetensors")));
   CHECK(read_bytes(dir / "config.json") == read_bytes(data_path("data/stories260K/config.json")));
+  CHECK(read_bytes(dir / "generation_config.json") == read_bytes(data_path("data/stories260K/generation_config.json")));
 }
 
 TEST_CASE("convert llama2c: f16 and bf16 copies widen back within their rounding") {

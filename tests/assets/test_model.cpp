@@ -125,7 +125,9 @@ TEST_CASE("load_model: the shipped default model, its llama2.c source and the GG
   CHECK(hf.format == ModelFormat::HuggingFace);
   CHECK(hf.config.rope_layout == RopeLayout::HalfSplit);
   CHECK(hf.config.num_layers == 5);
-  CHECK(hf.generation.eos_token_ids == std::vector<int>{2});
+  // BOS (1) ends a llama2.c story as in run.c (llama2c_generation_config); the config keeps EOS only.
+  CHECK(hf.generation.eos_token_ids == std::vector<int>{2, 1});
+  CHECK(hf.config.eos_token_ids == std::vector<int>{2});
   std::map<std::string, std::string> roles;
   for (const auto& f : hf.files) roles[f.path.filename().string()] = f.role;
   CHECK(roles["model.safetensors"] == "weights");
@@ -136,6 +138,7 @@ TEST_CASE("load_model: the shipped default model, its llama2.c source and the GG
   const LoadedModel bin = load_model(data_path("tests/data/models/stories260K/stories260K.bin"));
   CHECK(bin.format == ModelFormat::Llama2c);
   CHECK(bin.config.rope_layout == RopeLayout::Interleaved);
+  CHECK(bin.generation.eos_token_ids == hf.generation.eos_token_ids);  // the same model, the same end ids
   CHECK(bin.weights.all().size() == hf.weights.all().size());
   CHECK(bin.weights.get("model.layers.0.mlp.up_proj.weight").to_f32() == hf.weights.get("model.layers.0.mlp.up_proj.weight").to_f32());
 

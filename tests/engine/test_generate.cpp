@@ -2,6 +2,7 @@
 // greedy outputs (tests/data/expected/stories260K).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "assets/model.h"
 #include "core/error.h"
 #include "engine/generate.h"
+#include "engine/stop.h"
 #include "engine/expected.h"
 #include "cpu/cpu_backend.h"
 #include "text/tokenizer.h"
@@ -115,6 +117,29 @@ TEST_CASE("an EOS id ends generation with 'stop' and its text is not emitted") {
   // The text is what the first 14 tokens say: a proper prefix of the story.
   GenerationResult first14 = generate(*stories().backend, *stories().tokenizer, greedy_from_bos(14));
   CHECK(r.text == first14.text);
+}
+
+TEST_CASE("a llama2.c model ends its story on BOS, where run.c stops (`if (next == 1) break;`)") {
+  // The model's own end ids (generation_config.json of the converted model) include BOS.
+  const std::vector<int32_t> end_ids =
+      collect_eos_ids(stories().model.generation, stories().model.config, *stories().tokenizer);
+  CHECK(std::find(end_ids.begin(), end_ids.end(), 1) != end_ids.end());
+  GenerationRequest with_model_ids = greedy_from_bos(511);
+  with_model_ids.stop.eos_ids = end_ids;
+  const GenerationResult stopped = generate(*stories().backend, *stories().tokenizer, with_model_ids);
+  // With EOS alone the model samples BOS and runs on into a new story.
+  GenerationRequest eos_only = greedy_from_bos(511);
+  eos_only.stop.eos_ids = {2};
+  const GenerationResult runs_on = generate(*stories().backend, *stories().tokenizer, eos_only);
+  const auto bos = std::find(runs_on.token_ids.begin(), runs_on.token_ids.end(), 1);
+  REQUIRE(bos != runs_on.token_ids.end());
+  const size_t through_bos = size_t(bos - runs_on.token_ids.begin()) + 1;
+  CHECK(through_bos > 256);  // llama2.c's published 256 steps never reach it
+  CHECK(stopped.finish_reason == FinishReason::Stop);
+  CHECK(stopped.token_ids == head(runs_on.token_ids, through_bos));
+  CHECK(head(stopped.token_ids, 256) == expected_ids());
+  CHECK(starts_with(runs_on.text, stopped.text));  // the same story, without the next one
+  CHECK(stopped.text.size() < runs_on.text.size());
 }
 
 TEST_CASE("max_tokens and the context length both end with 'length'") {

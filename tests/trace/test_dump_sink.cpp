@@ -47,7 +47,7 @@ TEST_CASE("dump sink: writes one .npy per tensor and a manifest that lists them"
   const ManifestTensor* q = m.find("q", 3, 0);
   REQUIRE(q != nullptr);
   CHECK(q->name == "L3.q");
-  CHECK(q->file == "s000.L03.q.npy");
+  CHECK(q->file == "s000.L3.q.npy");  // the file is named like the tensor
   CHECK(q->shape == std::vector<int64_t>{2, 4, 3});
   CHECK(read_npy(dir / q->file).f32 == test::random_values(24, 1));
   const ManifestTensor* ids = m.find("token_ids", -1, 0);
@@ -55,6 +55,14 @@ TEST_CASE("dump sink: writes one .npy per tensor and a manifest that lists them"
   CHECK(ids->dtype == "i32");
   CHECK(read_npy(dir / ids->file).i32 == std::vector<int32_t>{1, 403});
   CHECK(m.find("logits", -1, 1)->file == "s001.logits.npy");
+  // The stages used, in journey order, described from stages.def (no backend named: generic).
+  std::vector<std::string> stage_names;
+  for (const auto& s : m.stages) stage_names.push_back(s.name);
+  CHECK(stage_names == std::vector<std::string>{"token_ids", "q", "logits", "sampled"});
+  CHECK(m.stages[1].axes == std::vector<std::string>{"T", "H", "D"});
+  CHECK(m.stages[1].scope == "layer");
+  CHECK(m.stages[1].made_in == "the backend's forward(): linear(attn_norm, q_proj)");
+  CHECK(m.stages[1].description == "query projection, before RoPE");
 }
 
 TEST_CASE("dump sink: filters decide wants() and the heads kept") {

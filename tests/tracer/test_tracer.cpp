@@ -289,4 +289,17 @@ TEST_CASE("report is one self-contained HTML file") {
   // Nothing fetched: no external scripts, stylesheets, images or fonts.
   for (const char* external : {"<script src", "<link", "<img", "@import", "url(http", "src=\"http"})
     CHECK_MESSAGE(html.find(external) == std::string::npos, external);
+
+  // A prompt that looks like markup stays data: the page has only its own two script elements.
+  const fs::path hostile = kWork / "report-hostile";
+  fs::remove_all(hostile);
+  Run t = run(kJourney + " trace --model " + kModel + " '</script><!--<script>x' --out " + hostile.string() +
+              " --max-tokens 2 --temperature 0");
+  REQUIRE(t.status == 0);
+  REQUIRE(run(kTracer + " report " + hostile.string()).status == 0);
+  const std::string page = read_file(hostile / "report.html");
+  size_t closing = 0;
+  for (size_t at = page.find("</script>"); at != std::string::npos; at = page.find("</script>", at + 1)) ++closing;
+  CHECK(closing == 2);
+  CHECK(page.find("<!--<script>") == std::string::npos);
 }

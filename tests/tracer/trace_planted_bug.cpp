@@ -33,6 +33,7 @@ int main(int argc, char** argv) try {
   GenerationRequest request;
   request.prompt_ids.assign(ids.begin(), ids.end());
   request.sampling.temperature = 0.0;
+  request.sampling.logprobs = 5;
   request.stop.max_tokens = 4;
   request.stop.eos_ids = collect_eos_ids(model.generation, model.config, *tokenizer);
   DumpSink sink(argv[2]);
@@ -43,7 +44,7 @@ int main(int argc, char** argv) try {
   m.prompt = prompt;
   for (int id : ids) m.tokens.push_back({id, tokenizer->piece(id)});
   m.settings = {{"backend", "cpu with a planted RoPE bug"}, {"dtype", "f32"}};
-  sink.finish();
+  sink.finish([&](int32_t id) { return tokenizer->piece(id); });
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "trace_planted_bug: error: %s\n", e.what());

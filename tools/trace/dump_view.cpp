@@ -56,6 +56,7 @@ Dump::Dump(std::filesystem::path dir) : dir_(std::move(dir)) {
     fail(dir_.string(), " is not a trace dump: ", manifest_path.string(),
          " does not exist (make one with `journey trace PROMPT --out DIR`)");
   manifest_ = read_manifest(manifest_path);
+  pieces_ = manifest_.pieces;
   for (const auto& t : manifest_.tokens) pieces_[t.id] = t.piece;
   for (const auto& s : manifest_.steps)
     if (s.sampled) {

@@ -50,7 +50,7 @@ import transformers
 from transformers import AutoModelForCausalLM, DynamicCache
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference import REPO_ROOT, Dump, model_fingerprint, read_stages  # noqa: E402
+from reference import REPO_ROOT, Dump, manifest_stages, model_fingerprint, read_stages  # noqa: E402
 
 
 class StageHooks:
@@ -193,6 +193,8 @@ def main():
         "template_text": "",
         "tokens": [{"id": i, "piece": ""} for i in ids],
         "steps": steps,
+        "stages": manifest_stages(dump.tensors, sampled=True,
+                                  made_in=f"tools/trace/hf_reference.py (transformers' {type(model).__name__}, forward hooks)"),
         "tensors": dump.tensors,
     }
     with open(os.path.join(args.out, "manifest.json"), "w", encoding="utf-8") as f:

@@ -119,8 +119,9 @@ class Builder {
   }
 
   // A node whose label is a small HTML table: a bold title and lines below it.
-  Agnode_t* node(Agraph_t* g, const std::string& id, const std::string& title, const std::vector<std::string>& lines,
-                 const char* fill, bool bold_border = false) {
+  Agnode_t* node(Agraph_t* g, const std::string& id, const std::string& title, std::vector<std::string> lines,
+                 const char* fill, bool bold_border = false, bool changes_per_step = true) {
+    if (opt_.fixed_lines > 0 && changes_per_step) lines.resize(size_t(opt_.fixed_lines), "·");
     Agnode_t* n = agnode(g, mut(id), 1);
     std::string html = cat("<TABLE BORDER=\"", bold_border ? 2 : 1, "\" CELLBORDER=\"0\" CELLSPACING=\"0\" CELLPADDING=\"2\" BGCOLOR=\"",
                            fill, "\" STYLE=\"ROUNDED\"><TR><TD><B>", html_escape(title), "</B></TD></TR>");
@@ -228,13 +229,13 @@ void Builder::build() {
   set(graph_, "label", html_escape(title));
 
   // Text, template, tokens.
-  Agnode_t* text = node(graph_, "text", "text", {cat("\"", clip(m.prompt, 48), "\"")}, "#ffffff");
+  Agnode_t* text = node(graph_, "text", "text", {cat("\"", clip(m.prompt, 48), "\"")}, "#ffffff", false, false);
   Agnode_t* tmpl;
   if (!m.template_text.empty())
     tmpl = node(graph_, "template", "chat template", {clip(m.template_text, 60), cat(m.template_text.size(), " bytes")},
-                "#ffffff");
+                "#ffffff", false, false);
   else
-    tmpl = node(graph_, "template", "template", {"none: the prompt as is, BOS added"}, "#ffffff");
+    tmpl = node(graph_, "template", "template", {"none: the prompt as is, BOS added"}, "#ffffff", false, false);
   edge(text, tmpl);
 
   std::vector<std::string> token_lines;
@@ -376,7 +377,7 @@ void Builder::build() {
   out_lines.push_back(generated.empty() ? std::string("(nothing sampled)") : clip(generated, 80));
   if (m.settings.contains("generated_text") && m.settings["generated_text"].is_string())
     out_lines.push_back(cat("\"", clip(m.settings["generated_text"].get<std::string>(), 60), "\""));
-  Agnode_t* output = node(graph_, "output", "output tokens", out_lines, "#ffffff");
+  Agnode_t* output = node(graph_, "output", "output tokens", out_lines, "#ffffff", false, false);
   edge(sampling, output);
 }
 

@@ -19,6 +19,9 @@ struct GraphOptions {
   int expanded_layer = 0;  // the layer drawn stage by stage
   std::map<std::string, NodeMark> marks;  // by tensor name ("L0.q_rope", "logits") at `step`
   std::string title;       // empty: "journey of <prompt>"
+  // > 0: every node gets exactly this many lines under its title (cut, or padded with "·"), so
+  // that the report's script can rewrite a node's lines for another step without a new layout.
+  int fixed_lines = 0;
 };
 
 // The graph in Graphviz's own language (for debugging and tests).

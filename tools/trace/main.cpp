@@ -1,19 +1,23 @@
 // journey-trace: read what `journey trace` (or tools/trace/reference.py) dumped.
 //
 //   journey-trace render DIR [--out FILE.svg|.png|.dot] [--layer N] [--step N]
-//   journey-trace report DIR [--out report.html] [--layer N]
+//   journey-trace report DIR [--out report.html] [--layer N] [--step N] [--compare DIR_B]
 //   journey-trace diff DIR_A DIR_B [--svg FILE] [--only-failures] [--tolerance-profile auto|f32|bf16|f16]
 //                     [--tolerance-scale X]
 //   journey-trace golden DIR --against tests/golden/NAME [--svg FILE]
 //
 // Exit status: 0 = done / every stage within tolerance, 1 = a stage diverges, 2 = an error
-// (unreadable dump, bad arguments: the message names the file and what is wrong).
+// (unreadable dump, bad arguments: the message names the file and what is wrong; a mistyped
+// command or option names the nearest valid one), 3 = an internal error.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <fstream>
 #include <iostream>
 
+#include "cli/usage.h"
 #include "core/error.h"
 #include "dump_view.h"
 #include "journey_graph.h"
@@ -23,8 +27,32 @@
 namespace journey::tracer {
 namespace {
 
+// "0-3,5": the steps of a dump as ranges, for messages.
+std::string ranges(const std::vector<int>& values) {
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    size_t j = i;
+    while (j + 1 < values.size() && values[j + 1] == values[j] + 1) ++j;
+    out += cat(out.empty() ? "" : ",", values[i], j > i ? cat("-", values[j]) : std::string());
+    i = j;
+  }
+  return out;
+}
+
+// --layer and --step must name a layer and a step the dump has.
+void check_layer_and_step(const Dump& dump, int layer, int step) {
+  const int layers = dump.num_layers();
+  if (layer < 0 || layer >= layers)
+    fail("--layer ", layer, " is outside the model's layers: ", dump.dir().string(), " has layers 0-", layers - 1);
+  const std::vector<int> steps = dump.steps();
+  if (std::find(steps.begin(), steps.end(), step) == steps.end())
+    fail("--step ", step, " is not in ", dump.dir().string(), ": its steps are ", ranges(steps),
+         " (0 = the prefill, then one per decode step)");
+}
+
 int run_render(const std::string& dir, std::string out, int layer, int step) {
   Dump dump(dir);
+  check_layer_and_step(dump, layer, step);
   if (out.empty()) out = (std::filesystem::path(dir) / "journey.svg").string();
   GraphOptions options;
   options.expanded_layer = layer;
@@ -34,16 +62,27 @@ int run_render(const std::string& dir, std::string out, int layer, int step) {
   return 0;
 }
 
-int run_report(const std::string& dir, std::string out, int layer) {
+int run_report(const std::string& dir, std::string out, int layer, int step, const std::string& compare) {
   Dump dump(dir);
+  check_layer_and_step(dump, layer, step);
   if (out.empty()) out = (std::filesystem::path(dir) / "report.html").string();
   ReportOptions options;
-  options.expanded_layer = layer;
+  options.initial_layer = layer;
+  options.initial_step = step;
+  std::optional<ComparisonResult> comparison;
+  if (!compare.empty()) {
+    comparison = compare_dumps(dir, compare);
+    options.comparison = &*comparison;
+  }
   const std::string html = render_report(dump, options);
   std::ofstream file(out, std::ios::binary);
   file << html;
   if (!file) fail("cannot write ", out);
   std::printf("wrote %s (%zu bytes, self-contained)\n", out.c_str(), html.size());
+  if (comparison)
+    std::printf("%s\n", comparison->ok() ? "SAME: every stage within tolerance"
+                                         : cat("DIVERGED: first at ", comparison->first()->name, " (step ",
+                                               comparison->first()->step, ")").c_str());
   return 0;
 }
 
@@ -109,6 +148,8 @@ int main(int argc, char** argv) {
   using namespace journey::tracer;
   CLI::App app{"journey-trace — draw, report and compare trace dumps written by `journey trace`"};
   app.require_subcommand(1);
+  app.footer("exit status: 0 done or every stage within tolerance; 1 a stage diverges; 2 an error (bad arguments,\n"
+             "             an unreadable dump: the message names it); 3 an internal error (a bug)");
   int status = 0;
 
   std::string render_dir, render_out;
@@ -120,13 +161,16 @@ int main(int argc, char** argv) {
   render->add_option("--step", render_step, "step summarized (0 = prefill)")->capture_default_str();
   render->callback([&] { status = run_render(render_dir, render_out, render_layer, render_step); });
 
-  std::string report_dir, report_out;
-  int report_layer = 0;
-  auto* report = app.add_subcommand("report", "one self-contained HTML report");
+  std::string report_dir, report_out, report_compare;
+  int report_layer = 0, report_step = 0;
+  auto* report = app.add_subcommand("report", "one self-contained, interactive HTML report");
   report->add_option("dir", report_dir, "dump directory")->required();
   report->add_option("--out", report_out, "output file (default DIR/report.html)");
-  report->add_option("--layer", report_layer, "layer the diagram expands")->capture_default_str();
-  report->callback([&] { status = run_report(report_dir, report_out, report_layer); });
+  report->add_option("--layer", report_layer, "layer shown first")->capture_default_str();
+  report->add_option("--step", report_step, "step shown first (0 = prefill)")->capture_default_str();
+  report->add_option("--compare", report_compare,
+                     "a second dump of the same run (another backend or dtype): colour every stage by its error");
+  report->callback([&] { status = run_report(report_dir, report_out, report_layer, report_step, report_compare); });
 
   std::string diff_a, diff_b, diff_svg, diff_profile = "auto";
   bool diff_only_failures = false;
@@ -158,13 +202,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return journey::cli::report_parse_error(app, e, "journey-trace", argc, argv);
   } catch (const journey::Error& e) {
     std::cerr << "journey-trace: error: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "journey-trace: internal error: " << e.what() << "\n";
-    return 2;
+    return journey::cli::kExitInternal;
   }
   return status;
 }

@@ -46,16 +46,36 @@ STAGES_DEF = os.path.join(REPO_ROOT, "src", "trace", "stages.def")
 
 def read_stages(path=STAGES_DEF):
     """[(name, scope)] in journey order, from the JOURNEY_STAGE(...) lines of stages.def."""
-    pattern = re.compile(r'^\s*JOURNEY_STAGE\(\s*(\w+)\s*,\s*"([^"]+)"\s*,\s*(Global|Layer)\s*,')
+    return [(s["name"], s["scope"]) for s in read_stage_descriptions(path)]
+
+
+def read_stage_descriptions(path=STAGES_DEF):
+    """Every JOURNEY_STAGE(id, "name", scope, "axes", "made by", "what it holds") line as a dict."""
+    pattern = re.compile(r'^\s*JOURNEY_STAGE\(\s*(\w+)\s*,\s*"([^"]+)"\s*,\s*(Global|Layer)\s*,'
+                         r'\s*"([^"]*)"\s*,\s*"([^"]*)"\s*,\s*"([^"]*)"\s*\)')
     stages = []
     with open(path, encoding="utf-8") as f:
         for line in f:
             m = pattern.match(line)
             if m:
-                stages.append((m.group(2), m.group(3)))
+                stages.append({"name": m.group(2), "scope": m.group(3), "axes": m.group(4).split(",") if m.group(4) else [],
+                               "made_by": m.group(5), "doc": m.group(6)})
     if not stages:
         sys.exit(f"reference.py: no JOURNEY_STAGE lines found in {path}")
     return stages
+
+
+def manifest_stages(tensors, sampled, made_in="tools/trace/reference.py (PyTorch, from the Hugging Face definitions)"):
+    """The manifest's "stages" list (docs/dump-format.md): the stages used, in journey order, each
+    made in `made_in` by what stages.def names."""
+    used = {t["stage"] for t in tensors} | ({"sampled"} if sampled else set())
+    out = []
+    for s in read_stage_descriptions():
+        if s["name"] in used:
+            out.append({"name": s["name"], "scope": s["scope"].lower(), "axes": s["axes"],
+                        "made_in": made_in + ": " + s["made_by"].removeprefix("forward: "),
+                        "description": s["doc"]})
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,7 +161,7 @@ class Dump:
         if (self.scope[stage] == "Layer") != (layer >= 0):
             sys.exit(f"reference.py: stage '{stage}' is {self.scope[stage]}-scoped but was emitted with layer {layer}")
         name = f"L{layer}.{stage}" if layer >= 0 else stage
-        file = f"s{self.step:03d}." + (f"L{layer:02d}." if layer >= 0 else "") + stage + ".npy"
+        file = f"s{self.step:03d}.{name}.npy"  # the file is named like the tensor (docs/dump-format.md)
         if isinstance(tensor, torch.Tensor):
             tensor = tensor.detach().cpu().numpy()
         array = np.ascontiguousarray(tensor, dtype="<i4" if ints else "<f4")
@@ -355,6 +375,7 @@ def main():
         "template_text": "",
         "tokens": [{"id": i, "piece": piece(i)} for i in ids],
         "steps": steps,
+        "stages": manifest_stages(dump.tensors, sampled=True),
         "tensors": dump.tensors,
     }
     with open(os.path.join(args.out, "manifest.json"), "w", encoding="utf-8") as f:

@@ -1,0 +1,206 @@
+// The `journey` and `journey-trace` commands as a user meets them when something is off: the real
+// binaries, stdout and stderr captured apart. Expected messages and numbers come from outside the
+// code under test: the words a user typed, the published parameter counts of Llama 2 7B / 70B
+// (6,738,415,616 and 68,976,648,192, Meta's model cards and the Hugging Face checkpoints).
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+const fs::path kWork = fs::path(JOURNEY_BINARY_DIR) / "tests" / "cli";
+
+Run run(const std::string& binary, const std::string& args) {
+  fs::create_directories(kWork);
+  const std::string command = "'" + binary + "' " + args + " < /dev/null > '" + (kWork / "out.txt").string() + "' 2> '" +
+                              (kWork / "err.txt").string() + "'";
+  const int raw = std::system(command.c_str());
+  Run r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  r.out = slurp(kWork / "out.txt");
+  r.err = slurp(kWork / "err.txt");
+  return r;
+}
+Run journey(const std::string& args) { return run(JOURNEY_CLI, args); }
+Run tracer(const std::string& args) { return run(JOURNEY_TRACE_TOOL, args); }
+
+bool has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+
+void write_file(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+}  // namespace
+
+TEST_CASE("a mistyped command or option names the nearest valid one and exits with 2") {
+  Run cmd = journey("genrate \"Once upon a time\"");
+  INFO(cmd.err);
+  CHECK(cmd.status == 2);
+  CHECK(has(cmd.err, "journey: error: unknown command 'genrate'; did you mean 'generate'?"));
+  CHECK(has(cmd.err, "(run 'journey --help' for the list)"));
+  CHECK(cmd.out.empty());
+
+  Run opt = journey("generate --temprature 0 \"Once\"");
+  INFO(opt.err);
+  CHECK(opt.status == 2);
+  CHECK(has(opt.err, "unknown option '--temprature' for 'journey generate'; did you mean '--temperature'?"));
+  CHECK(has(opt.err, "(run 'journey generate --help' for the list)"));
+
+  Run prefix = journey("trace \"Once\" --out /tmp/x --max-tok 3");
+  CHECK(prefix.status == 2);
+  CHECK(has(prefix.err, "did you mean '--max-tokens'?"));
+
+  // Nested commands: the option is judged against the command it belongs to.
+  Run nested = journey("convert llama2c model.bin --tokenzier tok.model --out /tmp/x");
+  INFO(nested.err);
+  CHECK(nested.status == 2);
+  CHECK(has(nested.err, "unknown option '--tokenzier' for 'journey convert llama2c'; did you mean '--tokenizer'?"));
+
+  // Nothing close: no guess, but the list of commands.
+  Run far = journey("xyzzy");
+  CHECK(far.status == 2);
+  CHECK(has(far.err, "unknown command 'xyzzy' (commands: inspect, convert, tokenize"));
+  CHECK_FALSE(has(far.err, "did you mean"));
+
+  // A missing required argument is a usage error too (not CLI11's 106).
+  Run missing = journey("trace \"Once upon a time\"");
+  CHECK(missing.status == 2);
+  CHECK(has(missing.err, "--out"));
+
+  // A negative number is a value, not an unknown option.
+  Run negative = journey("generate --max-tokens 2 --temperature 0 --presence-penalty -0.5 \"Once\"");
+  INFO(negative.err);
+  CHECK(negative.status == 0);
+}
+
+TEST_CASE("exit statuses: 0 for help, 1 for a bad value or file, and they are documented in --help") {
+  Run help = journey("--help");
+  CHECK(help.status == 0);
+  CHECK(has(help.out, "exit status: 0 success; 1 an error"));
+  CHECK(has(help.out, "2 a usage error"));
+  Run version = journey("--version");
+  CHECK(version.status == 0);
+  Run bad_value = journey("generate --top-p 0 \"Once\"");
+  CHECK(bad_value.status == 1);
+  CHECK(has(bad_value.err, "top_p"));
+  Run trace_help = tracer("--help");
+  CHECK(trace_help.status == 0);
+  CHECK(has(trace_help.out, "exit status: 0 done"));
+  Run trace_typo = tracer("rendr some/dir");
+  CHECK(trace_typo.status == 2);
+  CHECK(has(trace_typo.err, "journey-trace: error: unknown command 'rendr'; did you mean 'render'?"));
+}
+
+TEST_CASE("journey template refuses a file that is not a chat template, naming it") {
+  const fs::path messages = kWork / "messages.json";
+  write_file(messages, R"([{"role": "user", "content": "北京今天下雨吗？"}])");
+  const fs::path text = kWork / "notes.txt";
+  write_file(text, "just some notes\n");
+  Run r = journey("template --model '" + text.string() + "' --messages '" + messages.string() + "'");
+  INFO(r.err);
+  CHECK(r.status == 1);
+  CHECK(has(r.err, text.string() + " is not a chat template"));
+  CHECK(r.out.empty());
+
+  // A JSON file without a chat_template (here the model's config.json) says what it lacks.
+  Run config = journey("template --model data/stories260K/config.json --messages '" + messages.string() + "'");
+  INFO(config.err);
+  CHECK(config.status == 1);
+  CHECK(has(config.err, "config.json is not a chat template: it has no \"chat_template\" field"));
+
+  // A model directory without a template renders with the plain format and says so on stderr.
+  Run plain = journey("template --model data/stories260K --messages '" + messages.string() + "'");
+  CHECK(plain.status == 0);
+  CHECK(plain.out == "北京今天下雨吗？");
+  CHECK(has(plain.err, "has no chat template"));
+
+  // The real Qwen2.5 template renders the seed's message.
+  Run qwen = journey("template --model tests/data/chat-templates/qwen2.5-instruct.tokenizer_config.json --messages '" +
+                     messages.string() + "' --add-generation-prompt");
+  INFO(qwen.err);
+  CHECK(qwen.status == 0);
+  CHECK(has(qwen.out, "<|im_start|>user\n北京今天下雨吗？<|im_end|>\n<|im_start|>assistant\n"));
+}
+
+TEST_CASE("journey inspect plans memory from a config.json alone: the 7B = 14 GB and 70B = 140 GB arithmetic") {
+  // Llama 2's published configurations (meta-llama/Llama-2-7b-hf, Llama-2-70b-hf config.json).
+  const fs::path seven = kWork / "llama-2-7b";
+  fs::remove_all(seven);
+  write_file(seven / "config.json", R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+    "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+    "tie_word_embeddings": false, "torch_dtype": "float16", "bos_token_id": 1, "eos_token_id": 2})");
+  Run r = journey("inspect '" + seven.string() + "' --memory 24GB --memory 80GB --seq-len 4096");
+  INFO(r.out, r.err);
+  REQUIRE(r.status == 0);
+  CHECK(has(r.out, "Parameters  6,738,415,616"));
+  CHECK(has(r.out, "13.48 GB = 6,738,415,616 x 2 bytes"));                 // the seeds' "7B needs about 14 GB"
+  CHECK(has(r.out, "524,288 bytes = 2 (K, V) x 32 layers x 32 KV heads x 128 head dim x 2 bytes"));
+  CHECK(has(r.out, "one sequence of 4096 tokens"));
+  CHECK(has(r.out, "2.15 GB"));                                            // 4096 x 524,288 bytes
+  // (24e9 - 13.48e9) / 2.147e9 = 4.9 -> 4 sequences; (80e9 - 13.48e9) / 2.147e9 = 30.98 -> 30.
+  CHECK(has(r.out, "in 24GB                        4 sequences of 4096 tokens"));
+  CHECK(has(r.out, "in 80GB                        30 sequences of 4096 tokens"));
+  CHECK(has(r.out, "config.json only: no weights read"));
+
+  const fs::path seventy = kWork / "llama-2-70b";
+  fs::remove_all(seventy);
+  write_file(seventy / "config.json", R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192,
+    "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+    "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+    "tie_word_embeddings": false, "torch_dtype": "float16"})");
+  Run big = journey("inspect '" + seventy.string() + "' --memory 80GB --memory 160GB --seq-len 4096");
+  INFO(big.out, big.err);
+  REQUIRE(big.status == 0);
+  CHECK(has(big.out, "Parameters  68,976,648,192"));
+  CHECK(has(big.out, "137.95 GB = 68,976,648,192 x 2 bytes"));  // the seeds' "70B needs about 140 GB"
+  // GQA: 8 KV heads, so 2 x 80 x 8 x 128 x 2 = 327,680 bytes per token.
+  CHECK(has(big.out, "327,680 bytes = 2 (K, V) x 80 layers x 8 KV heads"));
+  CHECK(has(big.out, "in 80GB                        the weights alone need 137.95 GB: they do not fit"));
+  // (160e9 - 137.95e9) / (4096 x 327,680) = 16.4 -> 16.
+  CHECK(has(big.out, "in 160GB                       16 sequences of 4096 tokens"));
+
+  Run json = journey("inspect '" + seven.string() + "' --json --memory 24GB --seq-len 4096");
+  REQUIRE(json.status == 0);
+  CHECK(has(json.out, "\"config_only\": true"));
+  CHECK(has(json.out, "\"sequences\": 4"));
+
+  Run bad = journey("inspect '" + seven.string() + "' --memory lots");
+  CHECK(bad.status == 1);
+  CHECK(has(bad.err, "memory size \"lots\" is not understood"));
+}
+
+TEST_CASE("journey-trace render and report name the valid range of --layer and --step") {
+  const fs::path dump = kWork / "dump";
+  Run t = journey("trace --model data/stories260K \"Once upon a time\" --out '" + dump.string() + "' --max-tokens 3 --temperature 0");
+  REQUIRE(t.status == 0);
+  Run layer = tracer("render '" + dump.string() + "' --layer 99");
+  CHECK(layer.status == 2);
+  CHECK(has(layer.err, "--layer 99 is outside the model's layers: " + dump.string() + " has layers 0-4"));
+  Run step = tracer("render '" + dump.string() + "' --step 999");
+  CHECK(step.status == 2);
+  CHECK(has(step.err, "--step 999 is not in " + dump.string() + ": its steps are 0-2"));
+  Run report = tracer("report '" + dump.string() + "' --layer 5");
+  CHECK(report.status == 2);
+  CHECK(has(report.err, "has layers 0-4"));
+}
