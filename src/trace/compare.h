@@ -22,6 +22,9 @@ struct StageTolerance {
   bool exact = false;     // integer stages: every value equal
   bool argmax = false;    // rows (last axis) must agree on their argmax, up to near-ties
   const char* why = "";
+  // ids ranked by a derived distribution (the logit lens's top tokens): reported, never judged by
+  // value — ids that swap places among near-ties are not an error; their probabilities are judged
+  bool ranked_ids = false;
 };
 
 // The table in compare.cpp: one entry per stage (stages without an entry use the default). These

@@ -162,8 +162,11 @@ class Checker {
               reference::rope(want.data(), positions.data(), T, heads, D, theta, layout);
               Guarded inout(x);
               b_.rope(inout.data(), positions.data(), T, heads, D, theta, layout);
-              // f32 angles at position ~4096 leave ~1e-7 relative in cos/sin between libraries
-              compare("rope", where, inout, want, 1e-11);
+              // The angle pos * theta^(-2i/D) is an f32 product: one ulp of difference in powf between
+              // math libraries (CUDA's vs glibc's) moves the angle at position ~4096 by up to ~2e-4
+              // rad, so backends on other libraries agree to NMSE ~1e-9 (measured on the H200: 2.4e-10
+              // at D = 130); the same library gives ~0. A wrong pairing or position gives ~1.
+              compare("rope", where, inout, want, 1e-8);
             }
   }
 

@@ -90,7 +90,7 @@ TEST_CASE("whole model: a bug planted in one fast op is found at the first stage
   rope_bug.rope = rope_with_swapped_layout;
   ffn_bug.swiglu = swiglu_without_silu;
   for (const Planted& p : {Planted{rope_bug, "L0.q_rope"}, Planted{ffn_bug, "L0.act"}}) {
-    CAPTURE(p.first_stage);
+    CAPTURE(std::string(p.first_stage));
     auto bugged = make_cpu_backend(model, CpuOptions{.threads = 2}, p.ops);
     trace_greedy(*bugged, prompt_for(model.config), 2, work / "cpu");
     const ComparisonResult result = compare_dumps(work / "cpu", work / "reference");
