@@ -241,7 +241,7 @@ LogProbFile LogProbFile::open(const std::filesystem::path& path, const Perplexit
   if (n_tokens != int64_t(tokens.size()) || windows != plan.count)
     fail(where, ": saved for ", n_tokens, " tokens (", windows, " windows), this run has ", tokens.size(), " (",
          plan.count, " windows): another text or another tokenizer");
-  std::vector<int32_t> saved(size_t(n_tokens));  // [n_tokens]
+  std::vector<int32_t> saved(static_cast<size_t>(n_tokens));  // [n_tokens]
   f.file_.read(reinterpret_cast<char*>(saved.data()), std::streamsize(saved.size() * sizeof(int32_t)));
   if (!f.file_) fail(where, ": the token list is truncated");
   for (size_t i = 0; i < saved.size(); ++i)
