@@ -47,7 +47,8 @@ void run_awq(const std::string& input, const std::string& output, const std::vec
     };
   const quant::AwqQuantizeReport r = quant::quantize_model_awq(options);
   if (r.calibration_tokens > 0)
-    std::printf("calibration: %lld tokens in %zu sequences; output error = mean squared difference from the float block\n",
+    std::printf("calibration: %lld tokens in %zu sequences; error = mean squared difference from the float block's output, "
+                "relative to its mean square\n",
                 (long long)r.calibration_tokens, r.calibration_sequences);
   double rtn_total = 0, awq_total = 0;
   for (size_t l = 0; l < r.layers.size(); ++l)
@@ -56,14 +57,15 @@ void run_awq(const std::string& input, const std::string& output, const std::vec
         std::printf("layer %zu %-22s skipped: %s\n", l, s.group.c_str(), s.skipped.c_str());
         continue;
       }
-      rtn_total += s.rtn_error;
-      awq_total += s.awq_error;
-      std::printf("layer %zu %-22s error of %-9s RTN %.4e  %s %.4e  (alpha %.2f, x%.3f)%s\n", l, s.group.c_str(),
-                  s.error_of.c_str(), s.rtn_error, rtn ? "RTN" : "AWQ", s.awq_error, s.alpha,
+      const double power = s.output_power > 0 ? s.output_power : 1.0;
+      rtn_total += s.rtn_error / power;
+      awq_total += s.awq_error / power;
+      std::printf("layer %zu %-22s error of %-9s RTN %.3e  %s %.3e  (alpha %.2f, x%.3f)%s\n", l, s.group.c_str(),
+                  s.error_of.c_str(), s.rtn_error / power, rtn ? "RTN" : "AWQ", s.awq_error / power, s.alpha,
                   s.rtn_error > 0 ? s.awq_error / s.rtn_error : 1.0, s.skipped.empty() ? "" : "  [not scaled: GQA]");
     }
   if (!r.layers.empty())
-    std::printf("sum of output errors: RTN %.4e, %s %.4e (x%.3f)\n", rtn_total, rtn ? "RTN" : "AWQ", awq_total,
+    std::printf("sum of relative errors: RTN %.4e, %s %.4e (x%.3f)\n", rtn_total, rtn ? "RTN" : "AWQ", awq_total,
                 rtn_total > 0 ? awq_total / rtn_total : 1.0);
   std::printf("wrote %s: %zu INT4 linear layers (group %lld, zero point, GEMM packing), %zu kept f16; %.2f MiB of "
               "tensors for %llu weights (%.2f bits per weight)\n",

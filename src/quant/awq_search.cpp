@@ -121,6 +121,7 @@ AwqScaleSearch search_group(std::string group, std::string error_of, const std::
   result.group = std::move(group);
   result.error_of = std::move(error_of);
   const std::vector<double> x_mean = mean_abs_per_channel(x, in);
+  result.output_power = mean_squared_error(reference_out, std::vector<float>(reference_out.size(), 0.0f));
   const int grid = o.search ? o.grid : 1;
   double best_error = std::numeric_limits<double>::infinity();
   for (int r = 0; r < grid; ++r) {
@@ -193,7 +194,7 @@ AwqCalibration AwqCalibration::open(const std::vector<std::filesystem::path>& du
           const ManifestTensor* t = m.find(stage, int(l), step.step);
           if (!t)
             fail(where, ": no ", tensor_name(stage, int(l)), " at step ", step.step,
-                 "; record with --stages attn_norm,attn_context,ffn_norm,act and no --layers filter");
+                 "; record with --stages attn_norm,attn_context,ffn_norm,act, every layer and every step (no --layers or --steps)");
           const std::vector<int64_t> expected = {int64_t(step.positions.size()), stage_width(config, stage)};
           if (t->shape != expected || t->dtype != "f32")
             fail(where, ": ", t->name, " at step ", step.step, " is ", t->dtype, " ", shape_string(t->shape), ", expected f32 ",

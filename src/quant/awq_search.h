@@ -115,6 +115,7 @@ struct AwqScaleSearch {
   double alpha = 0;
   double rtn_error = 0;         // mean squared output error with every scale 1 (alpha = 0: plain RTN)
   double awq_error = 0;         // the same with the chosen scales
+  double output_power = 0;      // mean square of the float output: error / output_power is the relative error
   std::vector<double> errors;   // [grid] the error at every alpha
   std::vector<float> scales;    // [in] (empty when not searched)
 };
