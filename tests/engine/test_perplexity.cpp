@@ -238,7 +238,7 @@ TEST_CASE("stories260K on the shipped text: journey's figures are the PyTorch re
   REQUIRE(int64_t(tokens.size()) == golden["tokens"].get<int64_t>());
 
   for (const char* device : {"reference", "cpu"}) {
-    INFO("device ", device);
+    INFO("device ", std::string(device));
     auto model = std::string(device) == "reference" ? make_reference_backend(bf16) : make_cpu_backend(bf16, CpuOptions{.threads = 2});
     auto base = std::string(device) == "reference" ? make_reference_backend(f32) : make_cpu_backend(f32, CpuOptions{.threads = 2});
     PerplexityOptions options;
@@ -246,7 +246,7 @@ TEST_CASE("stories260K on the shipped text: journey's figures are the PyTorch re
     options.bos = tokenizer->bos_id();
     options.base = base.get();
     const PerplexityReport r = measure_perplexity(*model, tokens, options);
-    MESSAGE(device, ": PPL ", r.ppl, " (reference ", golden["ppl"].get<double>(), "), base PPL ", r.base_ppl, " (",
+    MESSAGE(std::string(device), ": PPL ", r.ppl, " (reference ", golden["ppl"].get<double>(), "), base PPL ", r.base_ppl, " (",
             golden["base_ppl"].get<double>(), "), mean KL ", r.mean_kl, " (", golden["mean_kl"].get<double>(), "), 99% KL ",
             r.kl_p99, " (", golden["kl_p99"].get<double>(), "), top-1 ", r.top1_agreement, " (",
             golden["top1_agreement"].get<double>(), ")");
