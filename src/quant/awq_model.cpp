@@ -169,4 +169,26 @@ AwqQuantizeReport quantize_model_awq(const AwqQuantizeOptions& o) {
   return report;
 }
 
+uint64_t awq_checkpoint_bytes(const ModelConfig& c, int64_t group) {
+  const AwqQuantizable qz = awq_quantizable(c, group);
+  const std::map<WeightRole, bool> int4 = {{WeightRole::q_proj, qz.q},       {WeightRole::k_proj, qz.k},
+                                           {WeightRole::v_proj, qz.v},       {WeightRole::o_proj, qz.o},
+                                           {WeightRole::gate_proj, qz.gate}, {WeightRole::up_proj, qz.up},
+                                           {WeightRole::down_proj, qz.down}};
+  uint64_t bytes = 0;
+  for (const WeightSpec& spec : model_weights(c)) {
+    if (spec.optional && c.tie_word_embeddings) continue;
+    const auto it = int4.find(spec.role);
+    if (it != int4.end() && it->second) {
+      const uint64_t out = uint64_t(spec.shape[0]), in = uint64_t(spec.shape[1]), groups = in / uint64_t(group);
+      bytes += in * out / 2 + groups * out / 2 + groups * out * 2;
+    } else {
+      uint64_t n = 1;
+      for (int64_t d : spec.shape) n *= uint64_t(d);
+      bytes += 2 * n;
+    }
+  }
+  return bytes;
+}
+
 }  // namespace journey::quant

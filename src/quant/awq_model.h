@@ -43,4 +43,9 @@ struct AwqQuantizeReport {
 
 AwqQuantizeReport quantize_model_awq(const AwqQuantizeOptions& options);  // throws journey::Error
 
+// The tensor bytes quantize_model_awq writes for a model of this configuration, from config.json alone:
+// each INT4 linear in * out / 2 (qweight) + (in / group) * out / 2 (qzeros) + (in / group) * out * 2
+// (f16 scales), every other tensor f16. For memory estimates (chapter 13's 7B / 70B table).
+uint64_t awq_checkpoint_bytes(const ModelConfig& config, int64_t group);
+
 }  // namespace journey::quant

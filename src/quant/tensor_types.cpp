@@ -24,6 +24,7 @@ constexpr FileTypeRecipe kRecipes[] = {
     {"q6_k", "mostly q6_k", DType::Q6_K, Mix::None},
     // llama-quantize's float targets: every 2-D weight converted, no mix rules (it applies them only
     // to quantized types), norms stay F32
+    {"f32", "all f32", DType::F32, Mix::None},
     {"f16", "mostly f16", DType::F16, Mix::None},
     {"bf16", "mostly bf16", DType::BF16, Mix::None},
 };

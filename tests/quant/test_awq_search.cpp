@@ -181,6 +181,7 @@ TEST_CASE("AWQ checkpoints of stories260K: journey's loader and AutoAWQ's unpack
   CHECK(awq.quantized.size() == 20);  // 4 per layer
   CHECK(awq.not_converted.size() == 15);
   CHECK(rtn.layers.size() == 5);  // RTN with calibration still reports its errors
+  CHECK(awq.tensor_bytes == quant::awq_checkpoint_bytes(f32.config, 64));  // the plan from config.json alone
 
   const nlohmann::json config = nlohmann::json::parse(slurp(dir / "awq/config.json"));
   CHECK(config["quantization_config"]["group_size"] == 64);
