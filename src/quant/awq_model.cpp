@@ -146,22 +146,29 @@ AwqQuantizeReport quantize_model_awq(const AwqQuantizeOptions& o) {
   add_global(false);
   report.tensor_bytes = out.bytes();
 
+  // written as OUT.partial and renamed when complete; a failure leaves nothing behind
   const fs::path partial = o.output.string() + ".partial";
   fs::remove_all(partial);
   fs::create_directories(partial);
-  write_safetensors(partial / "model.safetensors", out.tensors(), {{"format", "pt"}, {"quant_method", "awq"}});
-
-  nlohmann::ordered_json config = nlohmann::ordered_json::parse(std::ifstream(o.input / "config.json"), nullptr, false);
-  if (config.is_discarded() || !config.is_object()) fail(where, "/config.json: not a JSON object");
-  nlohmann::ordered_json not_converted = nullptr;
-  if (!report.not_converted.empty()) not_converted = report.not_converted;
-  config["torch_dtype"] = "float16";
-  config["quantization_config"] = {{"quant_method", "awq"},     {"bits", 4},          {"group_size", o.search.group},
-                                   {"zero_point", true},        {"version", "gemm"},  {"modules_to_not_convert", not_converted}};
-  std::ofstream(partial / "config.json") << config.dump(2) << "\n";
-  for (const char* name : kCompanionFiles)
-    if (fs::exists(o.input / name)) fs::copy_file(o.input / name, partial / name);
-  fs::rename(partial, o.output);
+  try {
+    write_safetensors(partial / "model.safetensors", out.tensors(), {{"format", "pt"}, {"quant_method", "awq"}});
+    nlohmann::ordered_json config = nlohmann::ordered_json::parse(std::ifstream(o.input / "config.json"), nullptr, false);
+    if (config.is_discarded() || !config.is_object()) fail(where, "/config.json: not a JSON object");
+    nlohmann::ordered_json not_converted = nullptr;
+    if (!report.not_converted.empty()) not_converted = report.not_converted;
+    config["torch_dtype"] = "float16";
+    config["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4},         {"group_size", o.search.group},
+                                     {"zero_point", true},    {"version", "gemm"}, {"modules_to_not_convert", not_converted}};
+    std::ofstream(partial / "config.json") << config.dump(2) << "\n";
+    if (!std::ofstream(partial / "config.json", std::ios::app)) fail(partial.string(), "/config.json: cannot be written");
+    for (const char* name : kCompanionFiles)
+      if (fs::exists(o.input / name)) fs::copy_file(o.input / name, partial / name);
+    fs::rename(partial, o.output);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(partial, ignored);
+    throw;
+  }
   report.file_bytes = fs::file_size(o.output / "model.safetensors");
   if (!report.not_converted.empty())
     report.notes.push_back(cat(report.not_converted.size(), " linear layers stay f16: inputs not a multiple of the group size ",
