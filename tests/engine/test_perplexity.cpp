@@ -251,15 +251,24 @@ TEST_CASE("stories260K on the shipped text: journey's figures are the PyTorch re
             r.kl_p99, " (", golden["kl_p99"].get<double>(), "), top-1 ", r.top1_agreement, " (",
             golden["top1_agreement"].get<double>(), ")");
     CHECK(r.tokens_scored == golden["tokens_scored"].get<int64_t>());
-    // f32 against float64 on a 260K-parameter model: perplexities agree to 1e-5, KL (a difference of
-    // nearly equal distributions, ~1e-4 nats) to 0.5 %
-    CHECK(r.ppl == doctest::Approx(golden["ppl"].get<double>()).epsilon(1e-5));
-    CHECK(r.base_ppl == doctest::Approx(golden["base_ppl"].get<double>()).epsilon(1e-5));
-    CHECK(r.mean_kl == doctest::Approx(golden["mean_kl"].get<double>()).epsilon(5e-3));
-    CHECK(r.kl_p99 == doctest::Approx(golden["kl_p99"].get<double>()).epsilon(2e-2));
-    CHECK(r.kl_max == doctest::Approx(golden["kl_max"].get<double>()).epsilon(2e-2));
-    // a near-tie may flip in f32: at most 2 of the scored positions
-    CHECK(std::abs(r.top1_agreement - golden["top1_agreement"].get<double>()) * double(r.tokens_scored) <= 2.0);
+    if (std::string(device) == "reference") {
+      // f32 against float64 on a 260K-parameter model: perplexities agree to 1e-5, KL (a difference of
+      // nearly equal distributions, ~1e-4 nats) to 0.5 %
+      CHECK(r.ppl == doctest::Approx(golden["ppl"].get<double>()).epsilon(1e-5));
+      CHECK(r.base_ppl == doctest::Approx(golden["base_ppl"].get<double>()).epsilon(1e-5));
+      CHECK(r.mean_kl == doctest::Approx(golden["mean_kl"].get<double>()).epsilon(5e-3));
+      CHECK(r.kl_p99 == doctest::Approx(golden["kl_p99"].get<double>()).epsilon(2e-2));
+      CHECK(r.kl_max == doctest::Approx(golden["kl_max"].get<double>()).epsilon(2e-2));
+      // a near-tie may flip in f32: at most 2 of the scored positions
+      CHECK(std::abs(r.top1_agreement - golden["top1_agreement"].get<double>()) * double(r.tokens_scored) <= 2.0);
+    } else {
+      // the fast backend may multiply bf16 weights by activations rounded to bf16 (llama.cpp does), which
+      // adds its own small error to the bf16 model's: perplexity within 0.1 %, mean KL within a factor 2
+      CHECK(r.ppl == doctest::Approx(golden["ppl"].get<double>()).epsilon(1e-3));
+      CHECK(r.base_ppl == doctest::Approx(golden["base_ppl"].get<double>()).epsilon(1e-3));
+      CHECK(r.mean_kl > 0.5 * golden["mean_kl"].get<double>());
+      CHECK(r.mean_kl < 2.0 * golden["mean_kl"].get<double>());
+    }
   }
 }
 

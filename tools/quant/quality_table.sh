@@ -16,7 +16,7 @@
 set -euo pipefail
 J=$(realpath "$1")
 S=$(realpath "$2")
-OUT=$3
+OUT=$(realpath -m "$3")
 TEXT=data/texts/tinystories-original.txt
 CALIBRATION=data/texts/calibration-original.txt
 PY=/usr/bin/python3
@@ -62,10 +62,10 @@ json.dump(r, open(sys.argv[1], "w"), indent=1)
 EOF
 }
 
-# table TITLE BASE_NAME NAMES...: the markdown table of measured rows
+# table BASE_NAME NAMES...: the markdown table of measured rows
 table() {
-  local base=$2
-  shift 2
+  local base=$1
+  shift
   $PY - "$OUT" "$base" "$@" <<'EOF'
 import json, sys
 out, base_name, names = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -117,7 +117,7 @@ for group in 128 32; do
 done
 echo "### tinystories-tok105"
 echo
-table "tinystories-tok105" t105-F32 "${names[@]}"
+table t105-F32 "${names[@]}"
 echo
 
 # ---- stories260K --------------------------------------------------------------------------------------
@@ -140,7 +140,7 @@ for mode in AWQ RTN; do  # 64-wide rows: group 64, attention only (172 FFN rows 
 done
 echo "### stories260K"
 echo
-table "stories260K" s260-F32 "${names[@]}"
+table s260-F32 "${names[@]}"
 echo
 
 # ---- kq: random weights, K-friendly shapes (llama.cpp's files) ---------------------------------------------
@@ -154,4 +154,4 @@ for type in q8_0 q6_k q5_k_m q5_k q5_1 q5_0 q4_k_m q4_k q4_1 q4_0 q3_k_m q3_k q2
 done
 echo "### kq (random weights, 256-wide rows)"
 echo
-table "kq" kq-F32 "${names[@]}"
+table kq-F32 "${names[@]}"
