@@ -15,6 +15,7 @@ void register_bench(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_trace(CLI::App& app);
 void register_quantize(CLI::App& app);
+void register_perplexity(CLI::App& app);
 
 // The model every command uses when --model is not given: the shipped stories260K.
 const char* default_model_path();

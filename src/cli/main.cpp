@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   journey::cli::register_serve(app);
   journey::cli::register_trace(app);
   journey::cli::register_quantize(app);
+  journey::cli::register_perplexity(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

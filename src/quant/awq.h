@@ -10,8 +10,13 @@
 // Inside an int32, output 8c + k sits in bits 4s..4s+3 with s = kAwqSlot[k]: AutoAWQ packs in the
 // order [0, 2, 4, 6, 1, 3, 5, 7] (awq/modules/linear/gemm.py) so its CUDA kernel can unpack pairs.
 // The reference widens AWQ layers to f32 at load, as it does GGUF blocks.
+//
+// Writing (awq_model.h drives it): quantize_awq_linear is AutoAWQ's pseudo_quantize_tensor (4 bits,
+// zero point) and pack_awq_gemm is WQLinear_GEMM.from_linear's packing; the activation-aware part —
+// which per-input-channel scale multiplies the weight before it is quantized — is awq_search.h.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace journey::quant {
 
@@ -22,5 +27,32 @@ inline constexpr int kAwqSlot[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 void dequantize_awq_gemm(const int32_t* qweight /*[in, out/8]*/, const int32_t* qzeros /*[in/group, out/8]*/,
                          const float* scales /*[in/group, out]*/, int64_t in, int64_t out, int64_t group,
                          float* weight /*[out, in]*/);
+
+// One linear layer quantized the AutoAWQ way: per output row and group of `group` inputs,
+//   scale = max(max - min, 1e-5) / 15           (then rounded to f16: the checkpoint stores f16 scales)
+//   zero  = clamp(-round(min / scale), 0, 15)
+//   q     = clamp(round(w / scale) + zero, 0, 15)      round = to nearest, ties to even (torch.round)
+// so that W ~ (q - zero) * scale. AutoAWQ computes this in f16; here the weights stay f32 and only the
+// scale is rounded to f16 before it is used, so the integers are the ones the stored scale implies.
+struct AwqLinear {
+  int64_t out = 0, in = 0, group = 0;
+  std::vector<uint8_t> q;       // [out, in] 0..15
+  std::vector<uint8_t> zeros;   // [out, in / group] 0..15
+  std::vector<uint16_t> scales; // [out, in / group] f16 bits
+};
+// Requires in % group == 0; throws journey::Error otherwise.
+AwqLinear quantize_awq_linear(const float* weight /*[out, in]*/, int64_t out, int64_t in, int64_t group);
+
+// (q - zero) * scale, [out, in]: what a loader computes from the packed tensors.
+std::vector<float> dequantize_awq_linear(const AwqLinear& layer);
+
+// AutoAWQ's GEMM packing of a quantized layer: the three tensors of the checkpoint (layouts above).
+// Requires out % 8 == 0.
+struct AwqGemmTensors {
+  std::vector<int32_t> qweight;   // [in, out / 8]
+  std::vector<int32_t> qzeros;    // [in / group, out / 8]
+  std::vector<uint16_t> scales;   // [in / group, out] f16 bits
+};
+AwqGemmTensors pack_awq_gemm(const AwqLinear& layer);
 
 }  // namespace journey::quant

@@ -16,6 +16,7 @@
 #include "assets/gguf_writer.h"
 #include "assets/model.h"
 #include "core/error.h"
+#include "core/model_weights.h"
 #include "core/threads.h"
 #include "quant/dequantize.h"
 #include "quant/quantize.h"
@@ -25,6 +26,17 @@
 namespace journey::quant {
 namespace fs = std::filesystem;
 namespace {
+
+// What the type rules need to know about a model of this configuration (llama.cpp's LLM_TYPE_70B is
+// the 80-layer llama with GQA).
+ModelFacts model_facts(const ModelConfig& c, bool has_output) {
+  ModelFacts facts;
+  facts.num_layers = c.num_layers;
+  facts.n_gqa = c.num_kv_heads > 0 ? c.num_heads / c.num_kv_heads : 1;
+  facts.is_70b = c.num_layers == 80 && c.num_heads != c.num_kv_heads;
+  facts.has_output = has_output;
+  return facts;
+}
 
 constexpr uint32_t kQuantizationVersion = 2;  // GGML_QNT_VERSION: the K-quant layouts of blocks.h
 
@@ -345,10 +357,7 @@ Source from_model(const fs::path& path) {
   else if (sentencepiece) s.tokenizer_source = *sentencepiece;
   if (const std::string tmpl = chat_template_source(dir); !tmpl.empty()) w.set("tokenizer.chat_template", gguf_string(tmpl));
 
-  s.facts.num_layers = c.num_layers;
-  s.facts.n_gqa = c.num_kv_heads > 0 ? c.num_heads / c.num_kv_heads : 1;
-  s.facts.is_70b = c.num_layers == 80 && c.num_heads != c.num_kv_heads;
-  s.facts.has_output = model->weights.has("lm_head.weight");
+  s.facts = model_facts(c, model->weights.has("lm_head.weight"));
   for (const auto& [hf_name, ref] : model->weights.all()) {
     const std::string name = hf_to_gguf_name(hf_name);
     if (name == hf_name) {
@@ -437,6 +446,24 @@ QuantizeReport quantize_model(const QuantizeOptions& options) {
     }
   }
   return report;
+}
+
+std::vector<PlannedTensor> plan_quantized_model(const ModelConfig& config, const std::string& type, bool pure) {
+  const auto recipe = find_recipe(type);
+  if (!recipe) fail("quantize: unknown type \"", type, "\" (known: ", recipe_names(), ")");
+  const ModelFacts facts = model_facts(config, !config.tie_word_embeddings);
+  std::vector<PlannedTensor> plan;
+  for (const WeightSpec& spec : model_weights(config)) {
+    if (spec.optional && config.tie_word_embeddings) continue;  // the tied LM head is the embedding
+    PlannedTensor t{hf_to_gguf_name(spec.name), spec.shape, DType::F32, 0};
+    const TensorFacts tensor{t.gguf_name, spec.shape.back(), int(spec.shape.size()), DType::F32};
+    t.type = choose_tensor_type(*recipe, pure, tensor, facts).type;
+    int64_t n = 1;
+    for (int64_t d : spec.shape) n *= d;
+    t.bytes = uint64_t(dtype_bytes_for(t.type, n));
+    plan.push_back(std::move(t));
+  }
+  return plan;
 }
 
 }  // namespace journey::quant

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "core/dtype.h"
 
 namespace journey::quant {
@@ -49,5 +50,16 @@ struct QuantizeReport {
 };
 
 QuantizeReport quantize_model(const QuantizeOptions& options);  // throws journey::Error
+
+// What quantize_model would write for a model of this configuration, planned from config.json alone
+// (no weight is read): each tensor's GGUF name, shape, the type llama.cpp's rules give it and its bytes.
+// For memory estimates of models too large to have at hand (chapter 13: Llama-2 7B and 70B).
+struct PlannedTensor {
+  std::string gguf_name;
+  std::vector<int64_t> shape;  // outermost first
+  DType type = DType::F32;
+  uint64_t bytes = 0;
+};
+std::vector<PlannedTensor> plan_quantized_model(const ModelConfig& config, const std::string& type, bool pure = false);
 
 }  // namespace journey::quant

@@ -22,6 +22,11 @@ constexpr FileTypeRecipe kRecipes[] = {
     {"q5_k", "mostly q5_k_m", DType::Q5_K, Mix::Q5_K_M},  // "alias for Q5_K_M"
     {"q5_k_m", "mostly q5_k_m", DType::Q5_K, Mix::Q5_K_M},
     {"q6_k", "mostly q6_k", DType::Q6_K, Mix::None},
+    // llama-quantize's float targets: every 2-D weight converted, no mix rules (it applies them only
+    // to quantized types), norms stay F32
+    {"f32", "all f32", DType::F32, Mix::None},
+    {"f16", "mostly f16", DType::F16, Mix::None},
+    {"bf16", "mostly bf16", DType::BF16, Mix::None},
 };
 
 enum class Category { TokenEmbd, AttnV, AttnOutput, FfnDown, Output, Other };
@@ -121,7 +126,8 @@ std::string recipe_names() {
 
 TypeChoice choose_tensor_type(const FileTypeRecipe& recipe, bool pure, const TensorFacts& tensor, const ModelFacts& model) {
   if (!allows_quantization(tensor)) return {tensor.current, false, ""};
-  TypeChoice choice{pure ? recipe.base : mix_rules(recipe, tensor, model), true, ""};
+  const bool base_only = pure || !dtype_is_quantized(recipe.base);  // llama.cpp: mixes only for quantized types
+  TypeChoice choice{base_only ? recipe.base : mix_rules(recipe, tensor, model), true, ""};
   choice.type = fallback_for(choice.type, tensor.row_length, &choice.fallback_note);
   return choice;
 }

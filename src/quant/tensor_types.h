@@ -15,7 +15,8 @@
 //     Q5_K -> Q5_1, Q6_K -> Q8_0, and to F16 if the fallback does not fit either. For legacy types
 //     llama.cpp has no fallback and refuses the model; journey keeps such a tensor in F16 (stories260K's
 //     ffn_down rows of 172 need this) and reports it.
-// As in llama-quantize, "q3_k", "q4_k" and "q5_k" are the _M mixes.
+// As in llama-quantize, "q3_k", "q4_k" and "q5_k" are the _M mixes; "f32", "f16" and "bf16" convert every
+// quantizable matrix (no mix rules: llama.cpp applies them to quantized types only).
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -23,7 +23,14 @@ Written (numpy only, safetensors by hand):
                                   down_proj, [out, in] like nn.Linear.weight
 
 Run from the repository root:  /usr/bin/python3 tools/quant/make_awq_fixture.py
+
+The same port also reads checkpoints journey writes (`journey quantize --type awq`), as the independent
+check of journey's packing (tests/quant/test_awq_search.cpp):
+    /usr/bin/python3 tools/quant/make_awq_fixture.py --read AWQ_DIR --out EXPECTED_DIR
+checks config.json's quantization_config and the three tensors' dtypes and shapes of every layer, and
+writes every layer's weight as AutoAWQ's dequantize_gemm gives it, EXPECTED_DIR/<module>.weight.npy [out, in].
 """
+import argparse
 import json
 import os
 import shutil
@@ -102,7 +109,53 @@ def write_safetensors(path, tensors):
             f.write(blob)
 
 
+def read_safetensors(path):
+    """{name: numpy array} from a .safetensors file (I32, F16, BF16 and F32 tensors)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    dtypes = {"I32": np.int32, "F16": np.float16, "F32": np.float32, "BF16": np.uint16}
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        array = np.frombuffer(data[8 + n + begin:8 + n + end], dtype=dtypes[entry["dtype"]]).reshape(entry["shape"])
+        out[name] = array
+    return out
+
+
+def read_checkpoint(directory, out_dir):
+    with open(os.path.join(directory, "config.json")) as f:
+        q = json.load(f)["quantization_config"]
+    assert q["quant_method"] == "awq" and q["bits"] == BITS and q["zero_point"] and q["version"] == "gemm", q
+    group = q["group_size"]
+    tensors = read_safetensors(os.path.join(directory, "model.safetensors"))
+    os.makedirs(out_dir, exist_ok=True)
+    layers = sorted(name[:-len(".qweight")] for name in tensors if name.endswith(".qweight"))
+    for layer in layers:
+        qweight, qzeros, scales = (tensors[layer + part] for part in (".qweight", ".qzeros", ".scales"))
+        in_features, out_features = qweight.shape[0], qweight.shape[1] * 8
+        assert qweight.dtype == np.int32 and qzeros.dtype == np.int32 and scales.dtype == np.float16, layer
+        assert qzeros.shape == (in_features // group, out_features // 8), (layer, qzeros.shape)
+        assert scales.shape == (in_features // group, out_features), (layer, scales.shape)
+        iweight, izeros = unpack_awq(qweight, qzeros)
+        w_t = (iweight - np.repeat(izeros, group, axis=0)).astype(np.float32) * np.repeat(scales.astype(np.float32), group, axis=0)
+        np.save(os.path.join(out_dir, layer + ".weight.npy"), np.ascontiguousarray(w_t.T))
+    not_converted = q.get("modules_to_not_convert") or []
+    for module in not_converted:
+        assert module + ".weight" in tensors and module + ".qweight" not in tensors, module
+    print(f"{directory}: {len(layers)} AWQ layers (group {group}) unpacked, {len(not_converted)} kept as weights")
+
+
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--read", help="an AWQ checkpoint directory to unpack (instead of writing the fixture)")
+    ap.add_argument("--out", help="with --read: where the dequantized weights go")
+    args = ap.parse_args()
+    if args.read:
+        return read_checkpoint(args.read, args.out)
     rng = np.random.default_rng(11)
     c = CONFIG
     E, F, V, L = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_hidden_layers"]

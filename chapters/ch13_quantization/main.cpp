@@ -1,0 +1,422 @@
+// Chapter 13 — quantization: what a block holds, what a model weighs in each type, where the error of
+// a quantized model grows layer by layer, and what it costs in perplexity and KL divergence.
+//
+// Runs on the shipped stories260K: writes it as BF16, Q8_0, Q4_0 and Q4_K_M GGUF files with journey
+// quantize's library (quant/quantize_model.h) and as AWQ / RTN INT4 checkpoints (quant/awq_model.h, on
+// calibration traces it records itself), prints a Q4_0 block and a Q4_K block byte by byte, the memory
+// table of Llama-2 7B / 70B from their config.json alone, the stage-by-stage comparison of one prompt
+// through every type (trace/compare.h, what `journey-trace diff` prints), and perplexity / KL over the
+// shipped text (engine/perplexity.h, what `journey perplexity` prints).
+//
+//   ch13_quantization                        print everything
+//   ch13_quantization --check-readme FILE    ... and fail unless FILE's output block says the same
+//   ch13_quantization --write-readme FILE    ... and put this output into FILE's output block
+// Numbers are compared with a 2 % tolerance (f32 sums may round differently on other CPUs); words exactly.
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "assets/gguf.h"
+#include "assets/hf_config.h"
+#include "assets/model.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/model_weights.h"
+#include "engine/perplexity.h"
+#include "quant/awq_model.h"
+#include "quant/awq_search.h"
+#include "quant/dequantize.h"
+#include "quant/quantize.h"
+#include "quant/quantize_model.h"
+#include "reference/reference_backend.h"
+#include "text/tokenizer.h"
+#include "trace/compare.h"
+#include "trace/dump_sink.h"
+#include "trace/filters.h"
+
+using namespace journey;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string output;  // everything printed, for the README check
+
+void say(const char* format, ...) {
+  char buffer[4096];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buffer, sizeof buffer, format, args);
+  va_end(args);
+  output += buffer;
+  std::fputs(buffer, stdout);
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+const fs::path kSource = JOURNEY_SOURCE_DIR;
+const fs::path kModel = kSource / "data/stories260K";
+
+// ---- 1. blocks -------------------------------------------------------------------------------------
+
+void show_q4_0_block(const fs::path& q4_0_file, const LoadedModel& f32) {
+  const GgufFile g = GgufFile::open(q4_0_file);
+  const GgufTensorInfo* info = nullptr;
+  for (const GgufTensorInfo& t : g.tensors())
+    if (t.name == "blk.0.ffn_gate.weight") info = &t;
+  if (!info || info->dtype != DType::Q4_0) fail(q4_0_file.string(), ": no Q4_0 blk.0.ffn_gate.weight");
+  const auto* block = reinterpret_cast<const quant::block_q4_0*>(g.tensor_data(*info));
+  const std::vector<float> original = f32.weights.get("model.layers.0.mlp.gate_proj.weight").to_f32();  // [172, 64]
+  float decoded[32];
+  quant::dequantize_row_q4_0(block, decoded, 32);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(block);
+
+  say("1a. One Q4_0 block: blk.0.ffn_gate.weight (model.layers.0.mlp.gate_proj), row 0, weights 0-31\n");
+  say("    18 bytes:");
+  for (int i = 0; i < 18; ++i) say(" %02x", bytes[i]);
+  const float d = f16_to_f32(block->d);
+  say("\n    bytes 0-1  d = f16 0x%04x = %.6f (the scale; weight = d * (q - 8), q = 0..15)\n", block->d, d);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = block->qs[j] & 0xF, hi = block->qs[j] >> 4;
+    say("    byte %2d  0x%02x  lo %2d -> w[%2d] = %+.4f (f32 %+.4f)   hi %2d -> w[%2d] = %+.4f (f32 %+.4f)\n", 2 + j,
+        block->qs[j], lo, j, decoded[j], original[size_t(j)], hi, j + 16, decoded[j + 16], original[size_t(j + 16)]);
+  }
+  say("\n");
+}
+
+void show_q4_k_block(const LoadedModel& f32) {
+  // stories260K's rows are 64 long, so no GGUF file of it holds a Q4_K block (256 weights per row
+  // are needed); quantize 256 consecutive weights — rows 0-3 of the same matrix — as one.
+  const std::vector<float> original = f32.weights.get("model.layers.0.mlp.gate_proj.weight").to_f32();  // [172, 64]
+  quant::block_q4_k block;
+  quant::quantize_row_q4_k(original.data(), &block, 256);
+  float decoded[256];
+  quant::dequantize_row_q4_k(&block, decoded, 256);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&block);
+  const float d = f16_to_f32(block.d), dmin = f16_to_f32(block.dmin);
+
+  say("1b. One Q4_K super-block: 256 weights (rows 0-3 of the same matrix) through quantize_row_q4_k, 144 bytes\n");
+  say("    bytes 0-1   d    = f16 0x%04x = %.6f (scale of the group scales)\n", block.d, d);
+  say("    bytes 2-3   dmin = f16 0x%04x = %.6f (scale of the group minimums)\n", block.dmin, dmin);
+  say("    bytes 4-15  scales:");
+  for (int i = 0; i < 12; ++i) say(" %02x", block.scales[i]);
+  say("\n    group  weights   sc  m   d*sc      dmin*m    (6-bit pairs unpacked by scale_min_k4; w = d*sc*q - dmin*m)\n");
+  for (int grp = 0; grp < 8; ++grp) {
+    uint8_t sc = 0, m = 0;
+    quant::scale_min_k4(grp, block.scales, &sc, &m);
+    double worst = 0;
+    for (int i = 32 * grp; i < 32 * grp + 32; ++i) worst = std::max(worst, double(std::abs(decoded[i] - original[size_t(i)])));
+    say("    %d      %3d-%3d   %2d  %2d  %.6f  %.6f  max |error| %.4f\n", grp, 32 * grp, 32 * grp + 31, sc, m, d * sc, dmin * m, worst);
+  }
+  say("    bytes 16-143 qs (byte 16 + 32c + l: lo nibble = weight 64c + l, hi nibble = weight 64c + 32 + l):\n");
+  for (int row = 0; row < 8; ++row) {
+    say("     ");
+    for (int i = 0; i < 16; ++i) say(" %02x", bytes[16 + 16 * row + i]);
+    say("\n");
+  }
+  uint8_t sc = 0, m = 0;
+  quant::scale_min_k4(0, block.scales, &sc, &m);
+  say("    group 0 decoded (q -> d*%d*q - dmin*%d, f32 original):\n", sc, m);
+  for (int i = 0; i < 32; i += 4) {
+    say("     ");
+    for (int k = i; k < i + 4; ++k) say("  %2d -> %+.4f (%+.4f)", block.qs[k] & 0xF, decoded[k], original[size_t(k)]);
+    say("\n");
+  }
+  say("\n");
+}
+
+// ---- 2. memory from config.json alone -------------------------------------------------------------
+
+void memory_table() {
+  say("2. What a model weighs, from config.json alone (weights only; GB = 10^9 bytes, bits per weight in brackets)\n");
+  say("    %-14s %14s %15s %15s %15s %15s %15s %15s\n", "model", "parameters", "F32", "F16/BF16", "Q8_0", "Q4_K_M", "Q4_0",
+      "AWQ INT4 g128");
+  const std::vector<std::pair<std::string, fs::path>> models = {
+      {"stories260K", kModel / "config.json"},
+      {"Llama-2-7B", kSource / "chapters/ch13_quantization/configs/llama-2-7b/config.json"},
+      {"Llama-2-70B", kSource / "chapters/ch13_quantization/configs/llama-2-70b/config.json"}};
+  for (const auto& [name, path] : models) {
+    const ModelConfig c = read_hf_config(path);
+    uint64_t params = 0;
+    for (const WeightSpec& s : model_weights(c)) {
+      if (s.optional && c.tie_word_embeddings) continue;
+      uint64_t n = 1;
+      for (int64_t d : s.shape) n *= uint64_t(d);
+      params += n;
+    }
+    auto cell = [&](uint64_t bytes) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.3g (%.2f)", double(bytes) / 1e9, 8.0 * double(bytes) / double(params));
+      return std::string(text);
+    };
+    auto gguf_bytes = [&](const char* type) {
+      uint64_t total = 0;
+      for (const quant::PlannedTensor& t : quant::plan_quantized_model(c, type)) total += t.bytes;
+      return total;
+    };
+    say("    %-14s %14llu %15s %15s %15s %15s %15s %15s\n", name.c_str(), (unsigned long long)params,
+        cell(gguf_bytes("f32")).c_str(), cell(gguf_bytes("f16")).c_str(), cell(gguf_bytes("q8_0")).c_str(),
+        cell(gguf_bytes("q4_k_m")).c_str(), cell(gguf_bytes("q4_0")).c_str(), cell(quant::awq_checkpoint_bytes(c, 128)).c_str());
+  }
+  say("\n");
+}
+
+// ---- 3. AWQ's search ------------------------------------------------------------------------------------
+
+void show_awq_search(const quant::AwqQuantizeReport& r) {
+  say("3. AWQ on %lld calibration tokens (%zu traces of the F32 model, data/texts/calibration-original.txt), group 64:\n",
+      (long long)r.calibration_tokens, r.calibration_sequences);
+  say("   the alpha of s = mean|x|^alpha that minimizes each block's output error (relative to the output's mean square)\n");
+  say("    layer  linears                error of    RTN        AWQ        alpha\n");
+  double rtn = 0, awq = 0;
+  for (size_t l = 0; l < r.layers.size(); ++l)
+    for (const quant::AwqScaleSearch& s : r.layers[l]) {
+      if (s.errors.empty()) continue;
+      rtn += s.rtn_error / s.output_power;
+      awq += s.awq_error / s.output_power;
+      say("    %zu      %-22s %-10s  %.3e  %.3e  %.2f%s\n", l, s.group.c_str(), s.error_of.c_str(), s.rtn_error / s.output_power,
+          s.awq_error / s.output_power, s.alpha, s.skipped.empty() ? "" : "  (GQA: not scaled, plain RTN)");
+    }
+  say("    sum    RTN %.4f, AWQ %.4f; gate/up/down stay F16 (172 outputs are not whole int32s of 8 nibbles,\n", rtn, awq);
+  say("           172 inputs not whole groups of 64)\n\n");
+}
+
+// ---- 4. one prompt through every type, compared stage by stage -----------------------------------------
+
+void trace_prefill(const LoadedModel& model, const std::vector<int32_t>& tokens, const fs::path& dir) {
+  fs::remove_all(dir);
+  // q/k and their RoPE are left out: GGUF files keep Q/K rows in Meta's interleaved order, Hugging Face
+  // checkpoints in half-split order, so those tensors are permutations of each other across formats
+  const TraceFilters filters = parse_filters(
+      "embeddings,attn_norm,v,attn_context,attn_out,resid_attn,ffn_norm,gate,up,act,ffn_out,layer_out,final_norm,logits", "",
+      "", "");
+  DumpSink sink(dir, filters);
+  auto backend = make_reference_backend(model);
+  const int64_t T = int64_t(tokens.size());
+  backend->allocate_kv_cache((T + 15) / 16, 16);
+  std::vector<int64_t> positions(static_cast<size_t>(T));  // [T]
+  std::vector<int32_t> blocks;                             // [ceil(T / 16)]
+  for (int64_t t = 0; t < T; ++t) positions[size_t(t)] = t;
+  for (int64_t b = 0; b < (T + 15) / 16; ++b) blocks.push_back(int32_t(b));
+  sink.set_step(0, "prefill", positions);
+  ForwardBatch batch;
+  batch.sequences.push_back(SequenceInput{0, tokens, 0, blocks, /*all_logits=*/true});
+  backend->forward(batch, &sink);
+  sink.manifest().model = manifest_model(model.path, model.config);
+  sink.finish();
+}
+
+struct Variant {
+  std::string name;
+  fs::path path;
+  std::string holds;  // what the file holds
+};
+
+void stage_by_stage(const std::vector<Variant>& variants, const std::vector<int32_t>& prompt, const fs::path& work) {
+  say("4. \"Once upon a time, there was a little girl named Lily.\" (%zu tokens) through every type, each dump compared with\n", prompt.size());
+  say("   the F32 one stage by stage (journey-trace diff): NMSE = sum (x - x_f32)^2 / sum x_f32^2, per stage\n");
+  const fs::path f32_dump = work / "trace-F32";
+  std::vector<ComparisonResult> results;
+  for (const Variant& v : variants) {
+    trace_prefill(load_model(v.path), prompt, work / ("trace-" + v.name));
+    if (v.name != "F32") results.push_back(compare_dumps(work / ("trace-" + v.name), f32_dump));
+  }
+  say("    %-16s", "stage");
+  for (size_t i = 1; i < variants.size(); ++i) say(" %12s", variants[i].name.c_str());
+  say("\n");
+  const ComparisonResult& first = results.front();
+  for (size_t row = 0; row < first.tensors.size(); ++row) {
+    const TensorComparison& t = first.tensors[row];
+    const bool shown = t.stage == "embeddings" || t.stage == "attn_out" || t.stage == "ffn_out" || t.stage == "layer_out" ||
+                       t.stage == "logits";
+    if (!shown) continue;
+    say("    %-16s", t.name.c_str());
+    for (const ComparisonResult& r : results) {
+      if (r.tensors[row].name != t.name) fail("the dumps list different tensors: ", r.tensors[row].name, " vs ", t.name);
+      say(" %12.3e", r.tensors[row].nmse);
+    }
+    say("\n");
+  }
+  say("    first stage beyond f32 tolerance:");
+  for (size_t i = 0; i < results.size(); ++i)
+    say(" %s %s%s", variants[i + 1].name.c_str(), results[i].first() ? results[i].first()->name.c_str() : "none",
+        i + 1 < results.size() ? "," : "\n");
+  say("    the dumps stay in $TMPDIR/journey-ch13: journey-trace diff $TMPDIR/journey-ch13/trace-Q4_K_M $TMPDIR/journey-ch13/trace-F32\n\n");
+}
+
+// ---- 5. perplexity and KL over the shipped text --------------------------------------------------------
+
+void quality_table(const std::vector<Variant>& variants, const std::vector<int32_t>& tokens, const fs::path& work) {
+  const LoadedModel f32 = load_model(kModel);
+  PerplexityOptions options;
+  options.context = 512;
+  options.bos = tokens.front();
+  const PerplexityWindows plan = plan_windows(int64_t(tokens.size()), options.context);
+  {
+    auto base = make_reference_backend(f32);
+    LogProbFile save = LogProbFile::create(work / "f32.logprobs", plan, f32.config.vocab_size, tokens);
+    options.save = &save;
+    measure_perplexity(*base, tokens, options);
+    options.save = nullptr;
+  }
+  say("5. Perplexity of data/texts/tinystories-original.txt (%zu tokens, windows of %lld, the second half of each scored:\n",
+      tokens.size(), (long long)plan.context);
+  say("   %lld tokens) and KL(F32 || type) per token, as `journey perplexity --kl-base` computes them\n", (long long)plan.scored_tokens());
+  say("    %-12s %-40s %9s %8s %9s %9s %8s\n", "type", "the file holds", "KiB", "PPL", "mean KL", "99% KL", "top-1");
+  for (const Variant& v : variants) {
+    LogProbFile base = LogProbFile::open(work / "f32.logprobs", plan, f32.config.vocab_size, tokens);
+    options.base_file = &base;
+    const LoadedModel m = load_model(v.path);
+    auto backend = make_reference_backend(m);
+    const PerplexityReport r = measure_perplexity(*backend, tokens, options);
+    const fs::path file = fs::is_directory(v.path) ? v.path / "model.safetensors" : v.path;
+    say("    %-12s %-40s %9.1f %8.4f %9.5f %9.4f %7.2f%%\n", v.name.c_str(), v.holds.c_str(), double(fs::file_size(file)) / 1024,
+        r.ppl, r.mean_kl, r.kl_p99, 100 * r.top1_agreement);
+  }
+  say("\n");
+}
+
+std::string type_counts(const quant::QuantizeReport& r) {
+  std::string text;
+  for (auto it = r.type_counts.rbegin(); it != r.type_counts.rend(); ++it)
+    text += cat(text.empty() ? "" : " ", dtype_name(it->first), "x", it->second);
+  return text;
+}
+
+// The README's output block, between these markers, must be this program's output.
+constexpr const char* kBegin = "<!-- ch13 output: begin (chapters/ch13_quantization/update_readme.sh) -->\n```text\n";
+constexpr const char* kEnd = "```\n<!-- ch13 output: end -->";
+
+bool same_allowing_rounding(const std::string& expected, const std::string& got, std::string* why) {
+  std::istringstream a(expected), b(got);
+  std::string la, lb;
+  for (int line = 1;; ++line) {
+    const bool more_a = bool(std::getline(a, la)), more_b = bool(std::getline(b, lb));
+    if (!more_a && !more_b) return true;
+    if (more_a != more_b) {
+      *why = cat("line ", line, ": one output ends here\n  README:  ", more_a ? la : "", "\n  program: ", more_b ? lb : "");
+      return false;
+    }
+    std::istringstream wa(la), wb(lb);
+    std::string x, y;
+    while (true) {
+      const bool has_x = bool(wa >> x), has_y = bool(wb >> y);
+      if (!has_x && !has_y) break;
+      bool ok = has_x == has_y && x == y;
+      if (!ok && has_x && has_y) {
+        char *end_x = nullptr, *end_y = nullptr;
+        const double vx = std::strtod(x.c_str(), &end_x), vy = std::strtod(y.c_str(), &end_y);
+        ok = end_x != x.c_str() && end_y != y.c_str() && std::strcmp(end_x, end_y) == 0 &&
+             std::abs(vx - vy) <= 1e-9 + 0.02 * std::max(std::abs(vx), std::abs(vy));
+      }
+      if (!ok) {
+        *why = cat("line ", line, ": \"", x, "\" vs \"", y, "\"\n  README:  ", la, "\n  program: ", lb);
+        return false;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::string check, write;
+    for (int i = 1; i + 1 < argc; i += 2) {
+      if (std::string(argv[i]) == "--check-readme") check = argv[i + 1];
+      else if (std::string(argv[i]) == "--write-readme") write = argv[i + 1];
+      else fail("unknown argument ", argv[i], " (expected --check-readme FILE or --write-readme FILE)");
+    }
+    const fs::path work = fs::temp_directory_path() / "journey-ch13";
+    fs::remove_all(work);
+    fs::create_directories(work);
+    const LoadedModel f32 = load_model(kModel);
+    const auto tokenizer = load_tokenizer(kModel);
+
+    // the files: GGUF types through journey quantize's library, AWQ / RTN INT4 through AWQ's
+    std::vector<Variant> variants = {{"F32", kModel, "F32 (the Hugging Face directory)"}};
+    quant::AwqQuantizeReport awq;
+    for (const char* type : {"bf16", "q8_0", "q4_0", "q4_k_m"}) {
+      quant::QuantizeOptions q;
+      q.input = kModel;
+      q.output = work / cat("stories260K-", type, ".gguf");
+      q.type = type;
+      q.threads = 1;
+      const quant::QuantizeReport r = quant::quantize_model(q);
+      std::string name = type;
+      for (char& ch : name) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+      variants.push_back({name, q.output, type_counts(r)});
+    }
+    {
+      const std::vector<int> ids = tokenizer->encode(slurp(kSource / "data/texts/calibration-original.txt"), true, false);
+      std::vector<std::vector<int32_t>> windows;  // the calibration text in windows of 256 tokens, BOS first
+      for (size_t b = 0; b < ids.size(); b += 256) {
+        std::vector<int32_t> w(ids.begin() + long(b), ids.begin() + long(std::min(ids.size(), b + 256)));
+        w[0] = ids[0];
+        windows.push_back(std::move(w));
+      }
+      auto backend = make_reference_backend(f32);
+      quant::AwqQuantizeOptions a;
+      a.input = kModel;
+      a.calibration = quant::record_awq_calibration(*backend, kModel, windows, work / "calibration");
+      a.search.group = 64;  // stories260K's rows are 64 wide: group 128 does not fit
+      for (const bool search : {true, false}) {
+        a.search.search = search;
+        a.output = work / (search ? "stories260K-awq-g64" : "stories260K-rtn-g64");
+        const quant::AwqQuantizeReport r = quant::quantize_model_awq(a);
+        variants.push_back({search ? "AWQ-g64" : "RTN-g64", a.output, cat("INT4 x", r.quantized.size(), " (q,k,v,o), F16 the rest")});
+        if (search) awq = r;
+      }
+    }
+
+    show_q4_0_block(work / "stories260K-q4_0.gguf", f32);
+    show_q4_k_block(f32);
+    memory_table();
+    show_awq_search(awq);
+    const std::vector<int> prompt_ids = tokenizer->encode("Once upon a time, there was a little girl named Lily.", true, false);
+    std::vector<Variant> traced;
+    for (const Variant& v : variants)
+      if (v.name != "Q4_0" && v.name != "RTN-g64") traced.push_back(v);
+    stage_by_stage(traced, std::vector<int32_t>(prompt_ids.begin(), prompt_ids.end()), work);
+    const std::vector<int> text_ids = tokenizer->encode(slurp(kSource / "data/texts/tinystories-original.txt"), true, false);
+    quality_table(variants, std::vector<int32_t>(text_ids.begin(), text_ids.end()), work);
+
+    if (!check.empty() || !write.empty()) {
+      const fs::path readme = check.empty() ? write : check;
+      std::string text = slurp(readme);
+      const size_t begin = text.find(kBegin), end = text.find(kEnd);
+      if (begin == std::string::npos || end == std::string::npos || end < begin)
+        fail(readme.string(), ": no output block (", kBegin, " ... ", kEnd, ")");
+      const size_t body = begin + std::strlen(kBegin);
+      if (!write.empty()) {
+        text = text.substr(0, body) + output + text.substr(end);
+        std::ofstream(readme, std::ios::binary) << text;
+        std::printf("wrote the output block of %s\n", readme.string().c_str());
+      } else {
+        std::string why;
+        if (!same_allowing_rounding(text.substr(body, end - body), output, &why)) {
+          std::fprintf(stderr, "ch13_quantization: %s is stale (regenerate with chapters/ch13_quantization/update_readme.sh):\n%s\n",
+                       readme.string().c_str(), why.c_str());
+          return 1;
+        }
+        std::printf("%s: the output block matches this run\n", readme.string().c_str());
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ch13_quantization: %s\n", e.what());
+    return 1;
+  }
+}
