@@ -8,6 +8,7 @@ packages=(
   doctest-dev libcpp-httplib-dev libcli11-dev libssl-dev
   python3-numpy python3-torch python3-jinja2 python3-sentencepiece
   curl chromium
+  clang-14 libclang-rt-14-dev libfuzzer-14-dev  # the libFuzzer targets in fuzz/ (docs/reliability.md)
 )
 # Node.js (for the official openai client in the server tests): Debian's, unless one is already installed.
 command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
