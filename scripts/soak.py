@@ -259,9 +259,10 @@ def main():
         print(f"{category:<26}{r['sent']:>8}{r['completed']:>11}{r['failed']:>8}")
     print(f"RSS MiB: start {rss['start']:.1f}, after warm-up {baseline:.1f}, peak {rss['peak']:.1f}, "
           f"final {rss['final']:.1f} (growth {growth:+.1f})")
-    print(f"KV blocks used at the end: {blocks_used}; aborted sequences: "
-          f"{final_metrics.get('journey:request_success_total{finished_reason=\"abort\"}')}; "
-          f"generated tokens: {final_metrics.get('journey:generation_tokens_total')}")
+    aborted = final_metrics.get('journey:request_success_total{finished_reason="abort"}')
+    print(f"KV blocks used at the end: {blocks_used}; aborted sequences: {aborted}; "
+          f"generated tokens: {final_metrics.get('journey:generation_tokens_total')}; "
+          f"header timeouts (408): {final_metrics.get('journey:http_header_timeouts_total')}")
     for problem in tally.problems[:20]:
         print("  problem:", problem)
     for name, ok in checks.items():
