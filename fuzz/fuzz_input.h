@@ -1,4 +1,4 @@
-// Shared by the libFuzzer targets (fuzz/README.md): the readers under test take paths, so each
+// Shared by the libFuzzer targets (docs/reliability.md): the readers under test take paths, so each
 // input is written to a file in a per-process directory under /dev/shm (or the temp dir) and
 // read back through the same entry point journey uses. A reader may reject an input only with
 // journey::Error; any other exception escaping it is a finding and aborts the run, like a crash.

@@ -10,7 +10,8 @@
 using namespace journey;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  auto [source, variables] = fuzz::split_input(data, size);
+  const auto parts = fuzz::split_input(data, size);
+  const std::string_view source = parts.first, variables = parts.second;  // (clang 14 lambdas cannot capture bindings)
   fuzz::expect_only_journey_errors("jinja", [&] {
     jinja::Template t = jinja::Template::parse(std::string(source), "fuzz.jinja");
     jinja::Value context = jinja::default_globals(0);

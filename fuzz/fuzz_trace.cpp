@@ -9,7 +9,8 @@
 using namespace journey;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  auto [manifest, npy] = fuzz::split_input(data, size);
+  const auto parts = fuzz::split_input(data, size);
+  const std::string_view manifest = parts.first, npy = parts.second;  // (clang 14 lambdas cannot capture bindings)
   const auto manifest_path = fuzz::write_file("manifest.json", manifest);
   fuzz::expect_only_journey_errors("read_manifest", [&] { (void)read_manifest(manifest_path); });
   const auto npy_path = fuzz::write_file("tensor.npy", npy.empty() ? manifest : npy);
