@@ -10,6 +10,7 @@
 #include <string>
 
 #include "assets/hf_config.h"
+#include "assets/safetensors.h"
 #include "core/error.h"
 #include "core/untrusted.h"
 #include "server/openai_api.h"
@@ -18,6 +19,7 @@
 #include "text/loaders.h"
 #include "text/special_tokens.h"
 #include "text/tokenizer.h"
+#include "trace/manifest.h"
 
 namespace journey {
 namespace {
@@ -293,6 +295,29 @@ TEST_CASE("tokenizer_config.json and tokenizer.json nested deep, and long values
   const fs::path tokenizer = dir.write("tokenizer.json", R"({"model": )" + nested_objects(100000) + "}");
   e = error_of([&] { load_hf_tokenizer(tokenizer, TokenizerConfig{}); });
   CHECK_MESSAGE(e.find("tokenizer.json: JSON nested deeper than 64 levels") != std::string::npos, e);
+}
+
+// ---- inputs the fuzzers found (fuzz/crashes/): read here too, through the normal entry points ----
+
+std::string crash_input(const std::string& name) {
+  std::ifstream in(fs::path(JOURNEY_SOURCE_DIR) / "fuzz" / "crashes" / name, std::ios::binary);
+  REQUIRE_MESSAGE(in.good(), "missing fuzz/crashes/", name);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST_CASE("safetensors: a header whose shape is nested 60k deep is refused (it overflowed the stack printing it)") {
+  ScratchDir dir("safetensors-deep");
+  const fs::path file = dir.write("model.safetensors", crash_input("safetensors/deep-shape.safetensors"));
+  WeightStore store;
+  const std::string e = error_of([&] { read_safetensors(file, store); });
+  CHECK_MESSAGE(e.find("header JSON is nested deeper than 64 levels") != std::string::npos, e);
+}
+
+TEST_CASE("trace manifest: a config nested 20k deep is refused (copying it overflowed the stack)") {
+  ScratchDir dir("manifest-deep");
+  const fs::path file = dir.write("manifest.json", crash_input("trace/deep-config.txt"));
+  const std::string e = error_of([&] { read_manifest(file); });
+  CHECK_MESSAGE(e.find("manifest.json: JSON nested deeper than 64 levels") != std::string::npos, e);
 }
 
 // ---- the OpenAI request parser -----------------------------------------------------------------
