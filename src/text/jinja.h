@@ -29,6 +29,9 @@ struct RenderLimits {
   std::int64_t max_steps = 2'000'000;
   // Largest rendered text and largest string built along the way.
   std::size_t max_string_bytes = 8u << 20;
+  // Stack the evaluator's recursion may use (threads get 8 MiB by default). Counted in bytes, not
+  // levels, because a level costs ~0.5 KiB in a release build and ~10 KiB under AddressSanitizer.
+  std::size_t max_stack_bytes = 2u << 20;
 };
 
 class Value;

@@ -325,12 +325,20 @@ class Renderer {
     return Flow::Normal;
   }
 
-  // Counts the evaluator's recursion (exec and eval, across macro calls).
+  // Counts the evaluator's recursion (exec and eval, across macro calls) in levels and in stack.
   struct DepthGuard {
     explicit DepthGuard(int& d) : depth(d) {
       if (++depth > kMaxEvalDepth) {
         --depth;
         problem(cat("the template recursed deeper than ", kMaxEvalDepth, " levels (runaway recursion?)"));
+      }
+      if (RenderBudget* budget = RenderBudget::active()) {
+        try {
+          budget->check_stack();
+        } catch (...) {
+          --depth;
+          throw;
+        }
       }
     }
     ~DepthGuard() { --depth; }

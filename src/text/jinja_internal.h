@@ -109,6 +109,8 @@ class RenderBudget {
   static RenderBudget* active();
   // Count n units of work; a Problem once the render's step budget is spent.
   void charge(std::int64_t n);
+  // A Problem once the calling frame lies more than max_stack_bytes below the render's first.
+  void check_stack() const;
   // Every namespace() made during the render, so that end_render() can break the reference cycles
   // a template may build (`set ns.me = ns`) and nothing outlives the render.
   void adopt_namespace(const Value& ns) { namespaces_.push_back(ns); }
@@ -116,6 +118,7 @@ class RenderBudget {
  private:
   RenderLimits limits_;
   std::int64_t steps_ = 0;
+  std::uintptr_t stack_base_;  // the frame that started the render (stacks grow down)
   RenderBudget* previous_;
   std::vector<Value> namespaces_;
 };

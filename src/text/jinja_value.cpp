@@ -18,8 +18,16 @@ namespace {
 thread_local RenderBudget* active_budget = nullptr;
 }
 
-RenderBudget::RenderBudget(const RenderLimits& limits) : limits_(limits), previous_(active_budget) {
+RenderBudget::RenderBudget(const RenderLimits& limits)
+    : limits_(limits), stack_base_(reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0))), previous_(active_budget) {
   active_budget = this;
+}
+
+void RenderBudget::check_stack() const {
+  const auto here = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  if (here < stack_base_ && stack_base_ - here > limits_.max_stack_bytes)
+    problem(cat("the template recursed through more than ", limits_.max_stack_bytes / 1024,
+                " KiB of stack (runaway recursion?)"));
 }
 
 RenderBudget::~RenderBudget() {

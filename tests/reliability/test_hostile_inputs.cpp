@@ -313,6 +313,18 @@ TEST_CASE("safetensors: a header whose shape is nested 60k deep is refused (it o
   CHECK_MESSAGE(e.find("header JSON is nested deeper than 64 levels") != std::string::npos, e);
 }
 
+TEST_CASE("jinja: recursive macros over deep expressions stop on the stack budget (they overflowed it under ASan)") {
+  for (const char* name : {"jinja/macro-recursion-deep-expressions.txt", "jinja/macro-recursion-150-filters.txt"}) {
+    const std::string e = render_error(crash_input(name));
+    CHECK_MESSAGE((e.find("recursed") != std::string::npos || e.find("nested deeper than 100 calls") != std::string::npos),
+                  name, ": ", e);
+  }
+  jinja::RenderLimits tight;
+  tight.max_stack_bytes = 64 * 1024;
+  const std::string e = render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", tight);
+  CHECK_MESSAGE(e.find("recursed through more than 64 KiB of stack") != std::string::npos, e);
+}
+
 TEST_CASE("trace manifest: a config nested 20k deep is refused (copying it overflowed the stack)") {
   ScratchDir dir("manifest-deep");
   const fs::path file = dir.write("manifest.json", crash_input("trace/deep-config.txt"));
