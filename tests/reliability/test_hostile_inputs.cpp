@@ -5,11 +5,13 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "assets/hf_config.h"
+#include "assets/llama2c.h"
 #include "assets/safetensors.h"
 #include "core/error.h"
 #include "core/untrusted.h"
@@ -323,6 +325,25 @@ TEST_CASE("jinja: recursive macros over deep expressions stop on the stack budge
   tight.max_stack_bytes = 64 * 1024;
   const std::string e = render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", tight);
   CHECK_MESSAGE(e.find("recursed through more than 64 KiB of stack") != std::string::npos, e);
+}
+
+TEST_CASE("llama2.c: the size a header implies is computed without wrapping around 2^64") {
+  // dim = hidden_dim = vocab = 2^24, 4096 layers: 32282928578721480960 bytes (> 2^64; a 64-bit sum
+  // wrapped to 13836184505011929344, and a header whose wrapped size matched a small file would
+  // have had tensors pointing far beyond it).
+  ScratchDir dir("llama2c-huge");
+  std::string header(256, '\0');
+  const int32_t fields[] = {0x616b3432, 1, 1 << 24, 1 << 24, 4096, 1, 1, 1 << 24, 1};
+  std::memcpy(header.data(), fields, sizeof fields);
+  header[36] = 1;  // shared classifier
+  const fs::path file = dir.write("model.bin", header);
+  std::string e = error_of([&] { read_llama2c(file); });
+  CHECK_MESSAGE(e.find("implies 32282928578721480960 bytes but the file has 256 bytes") != std::string::npos, e);
+  // A header chosen so that the 64-bit size wrapped to exactly 256: it was read as a model whose
+  // 2341 layers of 2^24-wide matrices all pointed past the end of the 256-byte file.
+  const fs::path wrapped = dir.write("wrapped.bin", crash_input("llama2c/size-wraps-to-256.bin"));
+  e = error_of([&] { read_llama2c(wrapped); });
+  CHECK_MESSAGE(e.find("implies 18446744073709551872 bytes but the file has 256 bytes") != std::string::npos, e);
 }
 
 TEST_CASE("trace manifest: a config nested 20k deep is refused (copying it overflowed the stack)") {
