@@ -220,7 +220,8 @@ std::vector<int32_t> encode_chat(const json& messages, const ModelContext& ctx, 
       text = content->get<std::string>();
     } else if (content && content->is_array()) {
       for (const json& part : *content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+            !part["text"].is_string())
           bad(where + ".content", cat(where, ".content parts must be {\"type\": \"text\", \"text\": string}"));
         text += part["text"].get<std::string>();
       }

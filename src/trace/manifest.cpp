@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include <openssl/evp.h>
 
@@ -16,16 +18,44 @@ namespace {
 
 using nlohmann::json;
 
+// An integer of type I from a JSON value: get<int>() of 1e20 is undefined behaviour, of 2^40 a
+// silent truncation, so the value is checked first (fuzz/crashes/trace/version-1e20.txt).
+template <typename I>
+I checked_integer(const json& v, const char* key, const std::string& where, const std::string& context) {
+  const bool fits = v.is_number_integer() &&
+                    (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<I>::max())
+                                            : v.get<int64_t>() >= int64_t(std::numeric_limits<I>::min()) &&
+                                                  v.get<int64_t>() <= int64_t(std::numeric_limits<I>::max()));
+  if (!fits)
+    fail(where, ": field \"", key, "\" of ", context, " must hold integers that fit in ", sizeof(I) * 8, " bits, found ",
+         v.type_name(), " ", excerpt_json(v));
+  return v.get<I>();
+}
+
+template <typename T>
+struct is_integer_vector : std::false_type {};
+template <typename I>
+struct is_integer_vector<std::vector<I>> : std::is_integral<I> {};
+
 // Reading a field with a message that names the file, the field and what was found.
 template <typename T>
 T field(const json& object, const char* key, const std::string& where, const std::string& context) {
   if (!object.is_object()) fail(where, ": ", context, " is not a JSON object");
   auto it = object.find(key);
   if (it == object.end()) fail(where, ": ", context, " has no field \"", key, "\"");
-  try {
-    return it->get<T>();
-  } catch (const json::exception& e) {
-    fail(where, ": field \"", key, "\" of ", context, " has the wrong type (", it->type_name(), "): ", e.what());
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return checked_integer<T>(*it, key, where, context);
+  } else if constexpr (is_integer_vector<T>::value) {
+    if (!it->is_array()) fail(where, ": field \"", key, "\" of ", context, " must be a list of integers, found ", it->type_name());
+    T out;
+    for (const json& item : *it) out.push_back(checked_integer<typename T::value_type>(item, key, where, context));
+    return out;
+  } else {
+    try {
+      return it->get<T>();
+    } catch (const json::exception& e) {
+      fail(where, ": field \"", key, "\" of ", context, " has the wrong type (", it->type_name(), "): ", e.what());
+    }
   }
 }
 

@@ -353,6 +353,18 @@ TEST_CASE("trace manifest: a config nested 20k deep is refused (copying it overf
   CHECK_MESSAGE(e.find("manifest.json: JSON nested deeper than 64 levels") != std::string::npos, e);
 }
 
+TEST_CASE("trace manifest: integers that do not fit are refused (get<int>() of 1e20 was undefined behaviour)") {
+  ScratchDir dir("manifest-int");
+  std::string e = error_of([&] { read_manifest(dir.write("manifest.json", crash_input("trace/version-1e20.txt"))); });
+  CHECK_MESSAGE(e.find("field \"version\" of the manifest must hold integers that fit in 32 bits, found number 1e+20") !=
+                    std::string::npos, e);
+  e = error_of([&] {
+    read_manifest(dir.write("manifest.json", R"({"format": "journey-trace", "version": 1, "steps": [{"step": 0,
+      "kind": "prefill", "positions": [0, 1e300]}]})"));
+  });
+  CHECK_MESSAGE(e.find("field \"positions\"") != std::string::npos, e);
+}
+
 // ---- the OpenAI request parser -----------------------------------------------------------------
 
 struct StoriesContext {
@@ -412,6 +424,28 @@ TEST_CASE("prompts nested within the limit are read without recursion, and odd s
   CHECK(status_of([&] { server::parse_detokenize_request(server::parse_request_body(R"({"tokens": [[1]]})"), s.ctx); },
                   &message) == 400);
   CHECK_MESSAGE(message.find("found [1]") != std::string::npos, message);
+}
+
+TEST_CASE("request inputs the fuzzer found (fuzz/crashes/openai_request) are 400s") {
+  StoriesContext s;
+  for (const auto& entry : fs::directory_iterator(JOURNEY_SOURCE_DIR "/fuzz/crashes/openai_request")) {
+    const std::string input = crash_input("openai_request/" + entry.path().filename().string());
+    REQUIRE(!input.empty());
+    const std::string body = input.substr(1);
+    std::string message;
+    const int status = status_of(
+        [&] {
+          const nlohmann::json parsed = server::parse_request_body(body);
+          switch (input[0] % 4) {
+            case 0: server::parse_completion_request(parsed, s.ctx); break;
+            case 1: server::parse_chat_request(parsed, s.ctx); break;
+            case 2: server::parse_tokenize_request(parsed, s.ctx); break;
+            default: server::parse_detokenize_request(parsed, s.ctx); break;
+          }
+        },
+        &message);
+    CHECK_MESSAGE(status == 400, entry.path().filename().string(), ": ", status, " ", message);
+  }
 }
 
 TEST_CASE("the prompt is capped in bytes and in tokens before tokenizing") {
