@@ -158,7 +158,7 @@ def slow_headers(server, count=200):
         check(f"a request completes while {count} slow-header sockets are open", status == 200, str(status))
     print(f"   slowest of 5 requests: {worst:.2f} s")
     check("requests stay fast beside the slow clients", worst < 5, f"{worst:.2f} s")
-    time.sleep(11)  # past the 10 s header deadline
+    time.sleep(12)  # past the 10 s header deadline, with a margin for a busy machine
     stop.set()
     trickler.join()
     timed_out = 0
