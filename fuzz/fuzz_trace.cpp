@@ -16,7 +16,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto npy_path = fuzz::write_file("tensor.npy", npy.empty() ? manifest : npy);
   fuzz::expect_only_journey_errors("read_npy", [&] {
     NpyArray a = read_npy(npy_path);
-    if (a.numel() != static_cast<int64_t>(a.dtype == NpyDType::F32 ? a.f32.size() : a.i32.size())) std::abort();
+    // An accepted array holds exactly the elements its shape names (counted without overflow).
+    uint64_t elements = 1;
+    for (int64_t d : a.shape)
+      if (d < 0 || __builtin_mul_overflow(elements, uint64_t(d), &elements)) std::abort();
+    if (elements != (a.dtype == NpyDType::F32 ? a.f32.size() : a.i32.size())) std::abort();
   });
   return 0;
 }

@@ -22,6 +22,7 @@
 #include "text/special_tokens.h"
 #include "text/tokenizer.h"
 #include "trace/manifest.h"
+#include "trace/npy.h"
 
 namespace journey {
 namespace {
@@ -363,6 +364,17 @@ TEST_CASE("trace manifest: integers that do not fit are refused (get<int>() of 1
       "kind": "prefill", "positions": [0, 1e300]}]})"));
   });
   CHECK_MESSAGE(e.find("field \"positions\"") != std::string::npos, e);
+}
+
+TEST_CASE(".npy: a dimension beyond 64 bits and a shape whose element count wraps are refused") {
+  ScratchDir dir("npy");
+  auto npy_part = [](const std::string& input) { return input.substr(input.find("\n--\n") + 4); };
+  // std::stoll threw std::out_of_range (not a journey::Error) for a 20-digit dimension.
+  std::string e = error_of([&] { read_npy(dir.write("a.npy", npy_part(crash_input("trace/npy-dimension-beyond-int64.txt")))); });
+  CHECK_MESSAGE(e.find(".npy header: bad dimension") != std::string::npos, e);
+  // (2^32, 2^32): 2^64 elements wrapped to 0, and the empty file was accepted with that shape.
+  e = error_of([&] { read_npy(dir.write("b.npy", npy_part(crash_input("trace/npy-shape-wraps-to-zero.txt")))); });
+  CHECK_MESSAGE(e.find("shape [4294967296, 4294967296] needs more data than the whole file") != std::string::npos, e);
 }
 
 // ---- the OpenAI request parser -----------------------------------------------------------------
