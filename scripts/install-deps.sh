@@ -8,6 +8,7 @@ packages=(
   doctest-dev libcpp-httplib-dev libcli11-dev libssl-dev
   python3-numpy python3-torch python3-jinja2 python3-sentencepiece python3-venv python3-pip
   curl chromium
+  clang-14 libclang-rt-14-dev libfuzzer-14-dev  # the libFuzzer targets in fuzz/ (docs/reliability.md)
 )
 # Node.js, for the load test scripts/bench-serve.js (Node's built-ins only, no npm packages):
 # Debian's, unless one is already installed.

@@ -1,15 +1,16 @@
 #include "assets/hf_config.h"
 
-#include <fstream>
-
 #include "core/error.h"
+#include "core/untrusted.h"
 
 namespace journey {
 namespace {
 
 using nlohmann::json;
 
-std::string found(const json& v) { return cat(v.type_name(), " ", v.dump()); }
+// What a field held, for an error message: its type and a bounded excerpt (a value from a
+// model file may be megabytes long or nested thousands deep).
+std::string found(const json& v) { return cat(v.type_name(), " ", excerpt_json(v)); }
 
 int64_t require_int(const json& c, const char* key, const std::string& where) {
   if (!c.contains(key)) fail(where, ": required field \"", key, "\" is missing");
@@ -62,15 +63,7 @@ const std::vector<std::string>& supported_architectures() {
   return names;
 }
 
-json read_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open ", path.string());
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    fail(path.string(), ": not valid JSON (", e.what(), ")");
-  }
-}
+json read_json_file(const std::filesystem::path& path) { return read_untrusted_json_file(path.string()); }
 
 ModelConfig parse_hf_config(const json& c, const std::string& where, std::vector<std::string>* notes) {
   if (!c.is_object()) fail(where, ": expected a JSON object, found ", c.type_name());
@@ -108,7 +101,7 @@ ModelConfig parse_hf_config(const json& c, const std::string& where, std::vector
   m.tie_word_embeddings = optional_bool(c, "tie_word_embeddings", where).value_or(false);
 
   if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
-    fail(where, ": rope_scaling ", c["rope_scaling"].dump(), " is unsupported (journey implements plain RoPE only)");
+    fail(where, ": rope_scaling ", excerpt_json(c["rope_scaling"]), " is unsupported (journey implements plain RoPE only)");
   if (c.contains("hidden_act")) {
     if (!c["hidden_act"].is_string()) fail(where, ": field \"hidden_act\" must be a string, found ", found(c["hidden_act"]));
     const std::string act = c["hidden_act"].get<std::string>();
@@ -126,7 +119,7 @@ ModelConfig parse_hf_config(const json& c, const std::string& where, std::vector
 
   const bool sliding = optional_bool(c, "use_sliding_window", where).value_or(m.architecture == "mistral");
   if (notes && c.contains("sliding_window") && !c["sliding_window"].is_null() && sliding)
-    notes->push_back(cat("sliding_window ", c["sliding_window"].dump(),
+    notes->push_back(cat("sliding_window ", excerpt_json(c["sliding_window"]),
                          " is ignored: journey attends over the whole context (exact while the context stays below the window)"));
 
   m.rope_layout = RopeLayout::HalfSplit;  // Hugging Face checkpoints rotate with rotate_half

@@ -112,11 +112,24 @@ std::vector<char> read_prefix(const std::filesystem::path& path, size_t n) {
   return buf;
 }
 
-uint64_t legacy_expected_bytes(const Header& h) {
+// File sizes implied by a header are computed in 128 bits: dimensions up to 2^24 and 4096 layers
+// can imply more than 2^64 bytes, and a 64-bit sum could wrap around to a small file's size.
+using Bytes = unsigned __int128;
+
+std::string bytes_string(Bytes n) {
+  std::string digits;
+  do {
+    digits.insert(digits.begin(), char('0' + int(n % 10)));
+    n /= 10;
+  } while (n > 0);
+  return digits;
+}
+
+Bytes legacy_expected_bytes(const Header& h) {
   const ModelConfig c = config_from(h, h.vocab_size > 0);
-  const uint64_t V = uint64_t(c.vocab_size), E = uint64_t(c.hidden_size), F = uint64_t(c.intermediate_size);
-  const uint64_t L = uint64_t(c.num_layers), KV = uint64_t(c.kv_dim()), D = uint64_t(c.head_dim), S = uint64_t(h.seq_len);
-  uint64_t floats = V * E + L * (E + E * E + 2 * KV * E + E * E + E + 3 * F * E) + E + S * D;  // S*D/2 real + S*D/2 imag
+  const Bytes V = Bytes(c.vocab_size), E = Bytes(c.hidden_size), F = Bytes(c.intermediate_size);
+  const Bytes L = Bytes(c.num_layers), KV = Bytes(c.kv_dim()), D = Bytes(c.head_dim), S = Bytes(h.seq_len);
+  Bytes floats = V * E + L * (E + E * E + 2 * KV * E + E * E + E + 3 * F * E) + E + S * D;  // S*D/2 real + S*D/2 imag
   if (h.vocab_size < 0) floats += V * E;
   return 28 + 4 * floats;
 }
@@ -186,11 +199,11 @@ Llama2cCheckpoint read_llama2c(const std::filesystem::path& path, bool with_weig
   const int64_t V = c.vocab_size, E = c.hidden_size;
 
   if (ck.version == 0) {
-    const uint64_t expected = legacy_expected_bytes(h);
+    const Bytes expected = legacy_expected_bytes(h);
     if (file->size() != expected)
       fail(where, ": the header (dim ", h.dim, ", hidden_dim ", h.hidden_dim, ", n_layers ", h.n_layers, ", n_heads ",
            h.n_heads, ", n_kv_heads ", h.n_kv_heads, ", vocab_size ", h.vocab_size, ", seq_len ", h.seq_len,
-           ") implies ", expected, " bytes but the file has ", file->size(), " bytes");
+           ") implies ", bytes_string(expected), " bytes but the file has ", file->size(), " bytes");
     if (!with_weights) return ck;
     // Zero-copy: float32 weights start at byte 28 (4-byte aligned) and are laid out as HF expects.
     const std::byte* p = file->data() + offset;
@@ -220,21 +233,21 @@ Llama2cCheckpoint read_llama2c(const std::filesystem::path& path, bool with_weig
   for (const auto& s : matrix_slots(c)) matrices.push_back(s);
   if (!ck.shared_classifier) matrices.push_back({"lm_head.weight", {V, E}});
 
-  uint64_t expected = kHeaderBytes;
-  for (const auto& s : norms) expected += uint64_t(s.numel()) * 4;
+  Bytes expected = kHeaderBytes;
+  for (const auto& s : norms) expected += Bytes(s.numel()) * 4;
   for (const auto& s : matrices) {
     if (ck.version == 1) {
-      expected += uint64_t(s.numel()) * 4;
+      expected += Bytes(s.numel()) * 4;
     } else {
       if (s.numel() % ck.group_size != 0)
         fail(where, ": tensor ", s.name, " has ", s.numel(), " values, not a multiple of group_size ", ck.group_size);
-      expected += uint64_t(s.numel()) + uint64_t(s.numel() / ck.group_size) * 4;
+      expected += Bytes(s.numel()) + Bytes(s.numel() / ck.group_size) * 4;
     }
   }
   if (file->size() != expected)
     fail(where, ": the version ", ck.version, " header (dim ", h.dim, ", hidden_dim ", h.hidden_dim, ", n_layers ", h.n_layers,
          ", n_heads ", h.n_heads, ", n_kv_heads ", h.n_kv_heads, ", vocab_size ", h.vocab_size, ", seq_len ", h.seq_len,
-         ck.version == 2 ? cat(", group_size ", ck.group_size) : std::string(), ") implies ", expected,
+         ck.version == 2 ? cat(", group_size ", ck.group_size) : std::string(), ") implies ", bytes_string(expected),
          " bytes but the file has ", file->size(), " bytes");
 
   if (!with_weights) return ck;

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "quant/awq.h"
+#include "core/untrusted.h"
 
 namespace journey {
 namespace {
@@ -43,6 +44,10 @@ SafetensorsContents parse_safetensors(const std::filesystem::path& path) {
     fail(where, ": header length field says ", header_len, " bytes but only ", file->size() - 8,
          " bytes follow it (truncated or not a safetensors file)");
   const char* header_begin = reinterpret_cast<const char*>(file->data()) + 8;
+  // A header nested deeper than any real one is refused before parsing: printing a 60k-deep
+  // "shape" in an error message overflowed the stack (fuzz/crashes/safetensors).
+  if (json_nesting_depth({header_begin, size_t(header_len)}, kMaxJsonDepth) > kMaxJsonDepth)
+    fail(where, ": header JSON is nested deeper than ", kMaxJsonDepth, " levels");
   json header;
   try {
     header = json::parse(header_begin, header_begin + header_len);
@@ -83,15 +88,15 @@ SafetensorsContents parse_safetensors(const std::filesystem::path& path) {
     t.source = path.string();
     int64_t numel = 1;
     for (const auto& d : entry["shape"]) {
-      if (!is_nonneg_int(d)) fail(tw, ": shape entry ", d.dump(), " is not a non-negative integer");
+      if (!is_nonneg_int(d)) fail(tw, ": shape entry ", excerpt_json(d), " is not a non-negative integer");
       const int64_t n = d.get<int64_t>();
-      if (n > 0 && numel > (int64_t(1) << 48) / n) fail(tw, ": shape ", entry["shape"].dump(), " is impossibly large");
+      if (n > 0 && numel > (int64_t(1) << 48) / n) fail(tw, ": shape ", excerpt_json(entry["shape"]), " is impossibly large");
       t.shape.push_back(n);
       numel *= n;
     }
     const json& offsets = entry["data_offsets"];
     if (!is_nonneg_int(offsets[0]) || !is_nonneg_int(offsets[1]))
-      fail(tw, ": data_offsets ", offsets.dump(), " are not non-negative integers");
+      fail(tw, ": data_offsets ", excerpt_json(offsets), " are not non-negative integers");
     const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     if (begin > end) fail(tw, ": data_offsets [", begin, ", ", end, "] end before they begin");
     if (end > data_size)

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -14,8 +15,10 @@
 #include <pthread.h>
 
 #include "core/error.h"
+#include "core/untrusted.h"
 #include "engine/stop.h"
 #include "server/engine_loop.h"
+#include "server/http_connections.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
 #include "trace/dump_sink.h"
@@ -26,8 +29,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Compare secrets without an early exit, so the time taken does not reveal how many leading
-// characters matched.
+// Compare secrets byte for byte (a NUL is a byte like any other) without an early exit, so the
+// time taken does not reveal how many leading characters matched.
 bool constant_time_equal(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   size_t n = std::max(a.size(), b.size());
@@ -39,30 +42,63 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// Sliding one-minute window per client key.
+// Sliding one-minute window per client key: at most `per_minute` events in any minute. Used for
+// the request rate limit (per API key, or per address without a key; off unless --rate-limit)
+// and, always on, for failed authentications per client address.
 class RateLimiter {
  public:
   explicit RateLimiter(int per_minute) : per_minute_(per_minute) {}
   // 0 when allowed (and counted), else seconds until a slot frees up.
-  int check(const std::string& key) {
+  int check(const std::string& key) { return check_and_count(key, true); }
+  // 0 while the key is under its limit (counting nothing), else seconds until it is again.
+  int blocked(const std::string& key) { return check_and_count(key, false); }
+  void count(const std::string& key) { (void)check_and_count(key, true, /*force=*/true); }
+
+ private:
+  int check_and_count(const std::string& key, bool count, bool force = false) {
     if (per_minute_ <= 0) return 0;
     std::lock_guard<std::mutex> lock(mutex_);
     auto now = Clock::now();
+    if (windows_.size() > kMaxKeys) forget_quiet_keys(now);
     std::deque<Clock::time_point>& q = windows_[key];
     while (!q.empty() && now - q.front() >= std::chrono::minutes(1)) q.pop_front();
-    if (static_cast<int>(q.size()) < per_minute_) {
-      q.push_back(now);
+    if (force || static_cast<int>(q.size()) < per_minute_) {
+      if (count) q.push_back(now);
+      if (static_cast<int>(q.size()) > per_minute_) q.pop_front();  // forced: the window stays bounded
       return 0;
     }
     auto wait = std::chrono::duration_cast<std::chrono::seconds>(q.front() + std::chrono::minutes(1) - now).count();
     return static_cast<int>(std::max<int64_t>(1, wait + 1));
   }
-
- private:
+  // Keys (addresses) come from clients: the table may not grow without bound.
+  void forget_quiet_keys(Clock::time_point now) {
+    std::erase_if(windows_, [&](const auto& entry) {
+      return entry.second.empty() || now - entry.second.back() >= std::chrono::minutes(1);
+    });
+    if (windows_.size() > kMaxKeys) windows_.clear();  // a flood of fresh addresses: start over
+  }
+  static constexpr size_t kMaxKeys = 10000;
   int per_minute_;
   std::mutex mutex_;
   std::unordered_map<std::string, std::deque<Clock::time_point>> windows_;
 };
+
+// Failed authentications allowed per client address per minute; beyond them every request from
+// that address is answered 429 until the oldest failure is a minute old.
+constexpr int kMaxAuthFailuresPerMinute = 10;
+
+// The bearer token exactly as sent: all bytes of the one Authorization header. (httplib's
+// get_header_value goes through a C string and would stop at a NUL: "Bearer k1\0" read as "k1".)
+// nullopt when absent or sent more than once.
+std::optional<std::string> bearer_token(const httplib::Request& req, bool* present) {
+  auto [begin, end] = req.headers.equal_range("Authorization");
+  *present = begin != end;
+  if (begin == end || std::next(begin) != end) return std::nullopt;
+  const std::string& value = begin->second;
+  const std::string prefix = "Bearer ";
+  if (value.size() < prefix.size() || value.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  return value.substr(prefix.size());
+}
 
 std::string random_id(const char* prefix) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -81,6 +117,7 @@ struct Server {
   ServerOptions options;
   Metrics metrics;
   RateLimiter limiter;
+  RateLimiter auth_failures{kMaxAuthFailuresPerMinute};
   std::atomic<bool> ready{false};
   ServingParts parts;
   ModelContext ctx;
@@ -89,28 +126,38 @@ struct Server {
 
   explicit Server(const ServerOptions& o) : options(o), limiter(o.rate_limit_per_minute) {}
 
+  // Every error answer goes through here: the message is cut to a bounded excerpt, whatever a
+  // request or a model file put into it.
   void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type,
                   const std::string& param = "", const std::string& code = "") {
     res.status = status;
-    res.set_content(dump(error_body(message, type, param, code)), "application/json");
+    res.set_content(dump(error_body(excerpt(message, 1000), type, excerpt(param), code)), "application/json");
     metrics.count_http_error();
   }
 
-  // Auth, rate limit, readiness and error mapping around every API handler.
-  httplib::Server::Handler api(std::function<void(const httplib::Request&, httplib::Response&)> handler) {
+  // Auth (with failed-auth throttling per address), rate limit, readiness, the body (size and
+  // JSON nesting checked, parsed once) and error mapping around every API handler.
+  using ApiHandler = std::function<void(const httplib::Request&, httplib::Response&, const json& body)>;
+  httplib::Server::Handler api(ApiHandler handler) {
     return [this, handler](const httplib::Request& req, httplib::Response& res) {
       std::string client = req.remote_addr;
       if (!options.api_key.empty()) {
-        std::string auth = req.get_header_value("Authorization");
-        const std::string prefix = "Bearer ";
-        std::string given = auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : "";
-        if (!constant_time_equal(given, options.api_key)) {
-          send_error(res, 401, auth.empty() ? "Missing API key: send 'Authorization: Bearer <key>'"
-                                            : "Incorrect API key provided",
+        if (int retry = auth_failures.blocked(req.remote_addr)) {
+          res.set_header("Retry-After", std::to_string(retry));
+          send_error(res, 429, cat("Too many failed authentications from ", req.remote_addr, " (more than ",
+                                   kMaxAuthFailuresPerMinute, " a minute); retry in ", retry, " s"),
+                     "rate_limit_error", "", "too_many_auth_failures");
+          return;
+        }
+        bool present = false;
+        std::optional<std::string> given = bearer_token(req, &present);
+        if (!given || !constant_time_equal(*given, options.api_key)) {
+          auth_failures.count(req.remote_addr);
+          send_error(res, 401, present ? "Incorrect API key provided" : "Missing API key: send 'Authorization: Bearer <key>'",
                      "invalid_request_error", "", "invalid_api_key");
           return;
         }
-        client = given;
+        client = *given;
       }
       if (int retry = limiter.check(client)) {
         res.set_header("Retry-After", std::to_string(retry));
@@ -124,11 +171,20 @@ struct Server {
         return;
       }
       try {
-        handler(req, res);
+        // httplib bounds a Content-Length body itself; a chunked one arrives decoded, at most
+        // ConnectionLimits::max_wire_body_bytes on the wire: its decoded size is checked here.
+        if (req.body.size() > options.max_body_bytes) {
+          res.set_header("Connection", "close");
+          send_error(res, 413, cat("The request body is larger than ", options.max_body_bytes, " bytes"),
+                     "invalid_request_error");
+          return;
+        }
+        json body = req.method == "POST" ? parse_request_body(req.body) : json();
+        handler(req, res, body);
       } catch (const ApiError& e) {
         send_error(res, e.status, e.what(), e.type, e.param, e.code);
       } catch (const json::exception& e) {
-        send_error(res, 400, cat("Malformed JSON in the request body: ", e.what()), "invalid_request_error");
+        send_error(res, 400, cat("Unexpected JSON in the request body: ", e.what()), "invalid_request_error");
       } catch (const Error& e) {
         send_error(res, 400, e.what(), "invalid_request_error");
       } catch (const std::exception& e) {
@@ -137,15 +193,10 @@ struct Server {
     };
   }
 
-  json parse_body(const httplib::Request& req) {
-    // nlohmann rejects invalid UTF-8 inside strings, so no ill-formed text reaches the tokenizer.
-    return json::parse(req.body);
-  }
-
-  void completions(const httplib::Request& req, httplib::Response& res, bool chat);
+  void completions(const json& body, httplib::Response& res, bool chat);
   std::string start_trace(const std::string& id, ApiRequest& api);
-  void tokenize(const httplib::Request& req, httplib::Response& res);
-  void detokenize(const httplib::Request& req, httplib::Response& res);
+  void tokenize(const json& body, httplib::Response& res);
+  void detokenize(const json& body, httplib::Response& res);
 };
 
 // cpp-httplib calls content providers without a try block, so an exception escaping one would
@@ -256,8 +307,7 @@ void absorb(Exchange& ex, const ModelContext& ctx, const StreamEvent& ev, json* 
   }
 }
 
-void Server::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
-  json body = parse_body(req);
+void Server::completions(const json& body, httplib::Response& res, bool chat) {
   auto ex = std::make_shared<Exchange>();
   ex->api = chat ? parse_chat_request(body, ctx) : parse_completion_request(body, ctx);
   size_t n = ex->api.sequences.size();
@@ -393,36 +443,15 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
       release);
 }
 
-void Server::tokenize(const httplib::Request& req, httplib::Response& res) {
-  json body = parse_body(req);
-  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
-  std::vector<int32_t> ids;
-  if (body.contains("messages")) {
-    ids = encode_chat(body["messages"], ctx);
-  } else if (body.contains("prompt") && body["prompt"].is_string()) {
-    bool special = body.value("add_special_tokens", true);
-    std::vector<int> raw = ctx.tokenizer->encode(body["prompt"].get<std::string>(), special, /*parse_special=*/false);
-    ids.assign(raw.begin(), raw.end());
-  } else {
-    throw ApiError(400, "/tokenize needs 'prompt' (a string) or 'messages'", "prompt");
-  }
+void Server::tokenize(const json& body, httplib::Response& res) {
+  std::vector<int32_t> ids = parse_tokenize_request(body, ctx);
   json tokens = ids;
   res.set_content(dump({{"tokens", tokens}, {"count", ids.size()}, {"max_model_len", ctx.max_model_len}}),
                   "application/json");
 }
 
-void Server::detokenize(const httplib::Request& req, httplib::Response& res) {
-  json body = parse_body(req);
-  if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
-    throw ApiError(400, "/detokenize needs 'tokens', a list of token ids", "tokens");
-  std::vector<int> ids;
-  for (const json& t : body["tokens"]) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= ctx.tokenizer->vocab_size())
-      throw ApiError(400, cat("'tokens' must hold token ids in [0, ", ctx.tokenizer->vocab_size(), "); found ", t.dump()),
-                     "tokens");
-    ids.push_back(t.get<int>());
-  }
-  res.set_content(dump({{"prompt", ctx.tokenizer->decode(ids)}}), "application/json");
+void Server::detokenize(const json& body, httplib::Response& res) {
+  res.set_content(dump({{"prompt", ctx.tokenizer->decode(parse_detokenize_request(body, ctx))}}), "application/json");
 }
 
 }  // namespace
@@ -440,17 +469,28 @@ void load_serving_parts(ServingParts& parts, const std::string& model_path, cons
 
 void run_server(const ServerOptions& options, std::function<void(ServingParts&)> load) {
   Server state(options);
-  httplib::Server http;
-  int threads = options.http_threads;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  ConnectionLimits limits;
+  limits.workers = options.http_threads;
+  // Connections queue in the kernel between accepts: room for every sequence the engine can run
+  // (http_threads = max_num_seqs + 16 or more) to connect at once, twice over.
+  limits.backlog = std::max(128, 2 * options.http_threads);
+  limits.max_wire_body_bytes = options.max_body_bytes + options.max_body_bytes / 4 + (64 << 10);
+  GuardedHttpServer http(limits);
   http.set_payload_max_length(options.max_body_bytes);
   // Every SSE event is one small write; with Nagle's algorithm a write waits for the ACK of the
   // previous one, which the client may delay (delayed ACK), so tokens would arrive in bursts.
   http.set_tcp_nodelay(true);
-  http.set_error_handler([&state, &options](const httplib::Request& req, httplib::Response& res) {
+  http.set_error_handler([&state, &options, &limits](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
+    // A request the connection layer stopped reading (http_connections.h) arrives here as a 400.
+    switch (current_read_failure()) {
+      case ReadFailure::BodyTooLarge: res.status = 413; break;
+      case ReadFailure::Timeout: res.status = 408; break;
+      case ReadFailure::None: break;
+    }
     std::string message = res.status == 413 ? cat("The request body is larger than ", options.max_body_bytes, " bytes")
-                          : res.status == 404 ? cat("No route for ", req.method, " ", req.path)
+                          : res.status == 408 ? cat("The request body did not arrive within ", limits.body_timeout.count(), " ms")
+                          : res.status == 404 ? cat("No route for ", req.method, " ", excerpt(req.path))
                                               : cat("HTTP error ", res.status);
     res.set_content(dump(error_body(message, "invalid_request_error", "", "")), "application/json");
     state.metrics.count_http_error();
@@ -460,20 +500,22 @@ void run_server(const ServerOptions& options, std::function<void(ServingParts&)>
     res.status = state.ready ? 200 : 503;
     res.set_content(state.ready ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}", "application/json");
   });
-  http.Get("/metrics", [&state](const httplib::Request&, httplib::Response& res) {
-    res.set_content(state.metrics.render(), "text/plain; version=0.0.4");
+  http.Get("/metrics", [&state, &http](const httplib::Request&, httplib::Response& res) {
+    res.set_content(state.metrics.render(http.stats()), "text/plain; version=0.0.4");
   });
-  http.Get("/v1/models", state.api([&state](const httplib::Request&, httplib::Response& res) {
+  http.Get("/v1/models", state.api([&state](const httplib::Request&, httplib::Response& res, const json&) {
     json model = {{"id", state.options.served_model_name}, {"object", "model"}, {"created", unix_time()},
                   {"owned_by", "journey"}, {"max_model_len", state.ctx.max_model_len}};
     res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}), "application/json");
   }));
-  http.Post("/v1/completions", state.api([&state](const httplib::Request& q, httplib::Response& r) { state.completions(q, r, false); }));
-  http.Post("/v1/chat/completions", state.api([&state](const httplib::Request& q, httplib::Response& r) { state.completions(q, r, true); }));
-  http.Post("/tokenize", state.api([&state](const httplib::Request& q, httplib::Response& r) { state.tokenize(q, r); }));
-  http.Post("/detokenize", state.api([&state](const httplib::Request& q, httplib::Response& r) { state.detokenize(q, r); }));
+  using Request = httplib::Request;
+  using Response = httplib::Response;
+  http.Post("/v1/completions", state.api([&state](const Request&, Response& r, const json& b) { state.completions(b, r, false); }));
+  http.Post("/v1/chat/completions", state.api([&state](const Request&, Response& r, const json& b) { state.completions(b, r, true); }));
+  http.Post("/tokenize", state.api([&state](const Request&, Response& r, const json& b) { state.tokenize(b, r); }));
+  http.Post("/detokenize", state.api([&state](const Request&, Response& r, const json& b) { state.detokenize(b, r); }));
 
-  if (!http.bind_to_port(options.host.c_str(), options.port))
+  if (!http.bind(options.host, options.port))
     fail("cannot listen on ", options.host, ":", options.port, " (address in use or not available)");
 
   // SIGINT/SIGTERM are taken by one thread with sigwait, which then stops the server cleanly.
@@ -518,7 +560,7 @@ void run_server(const ServerOptions& options, std::function<void(ServingParts&)>
   });
   std::fprintf(stderr, "journey serve: listening on http://%s:%d, loading %s\n", options.host.c_str(), options.port,
                state.parts.model_path.empty() ? "the model" : state.parts.model_path.c_str());
-  http.listen_after_bind();
+  http.serve();
   loader.join();
   pthread_kill(signal_thread.native_handle(), SIGTERM);
   signal_thread.join();

@@ -69,7 +69,7 @@ EngineStats Metrics::engine() const {
   return engine_;
 }
 
-std::string Metrics::render() const {
+std::string Metrics::render(const ConnectionStats& connections) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const EngineStats& e = engine_;
   std::string out;
@@ -98,6 +98,18 @@ std::string Metrics::render() const {
   out += "journey:request_success_total{finished_reason=\"length\"} " + std::to_string(finished_length_) + "\n";
   out += "journey:request_success_total{finished_reason=\"abort\"} " + std::to_string(finished_abort_) + "\n";
   line(out, "journey:http_errors_total", "counter", "Requests answered with an error status.", double(http_errors_));
+  line(out, "journey:http_connections_open", "gauge", "Open client connections.", double(connections.open));
+  line(out, "journey:http_connections_accepted_total", "counter", "Client connections accepted.", double(connections.accepted));
+  line(out, "journey:http_connections_evicted_total", "counter",
+       "Connections closed while waiting for headers to make room for new ones.", double(connections.evicted));
+  line(out, "journey:http_header_timeouts_total", "counter", "Requests whose headers did not arrive in time (408).",
+       double(connections.header_timeouts));
+  line(out, "journey:http_headers_too_large_total", "counter", "Requests with headers over the limit (431).",
+       double(connections.headers_too_large));
+  line(out, "journey:http_body_timeouts_total", "counter", "Requests whose body did not arrive in time (408).",
+       double(connections.body_timeouts));
+  line(out, "journey:http_bodies_too_large_total", "counter", "Request bodies refused while being received (413).",
+       double(connections.bodies_too_large));
   ttft_.write(out, "journey:time_to_first_token_seconds", "Time from arrival to the first generated token.");
   itl_.write(out, "journey:inter_token_latency_seconds", "Time between consecutive tokens of a request.");
   e2e_.write(out, "journey:e2e_request_latency_seconds", "Time from arrival to the last token.");

@@ -24,6 +24,12 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
+// What the connection layer (http_connections.h) counts, shown by /metrics.
+struct ConnectionStats {
+  long long accepted = 0, open = 0, header_timeouts = 0, headers_too_large = 0, evicted = 0, body_timeouts = 0,
+            bodies_too_large = 0;
+};
+
 class Metrics {
  public:
   Metrics();
@@ -37,7 +43,7 @@ class Metrics {
   void observe_step(double seconds, int64_t batched_tokens, int64_t sampled_tokens);
   void count_finished(const char* reason);    // "stop", "length", "abort"
   void count_http_error();
-  std::string render() const;
+  std::string render(const ConnectionStats& connections = {}) const;
   EngineStats engine() const;
 
  private:

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/untrusted.h"
 #include "sampling/params.h"
 
 namespace journey::server {
@@ -13,6 +14,18 @@ json error_body(const std::string& message, const std::string& type, const std::
   if (!param.empty()) e["param"] = param;
   if (!code.empty()) e["code"] = code;
   return {{"error", e}};
+}
+
+int64_t max_prompt_bytes(const ModelContext& ctx) {
+  return std::max<int64_t>(kMinPromptBytes, ctx.max_model_len * kPromptBytesPerToken);
+}
+
+json parse_request_body(std::string_view body) {
+  try {
+    return parse_untrusted_json(body, "the request body");
+  } catch (const Error& e) {
+    throw ApiError(400, e.what());
+  }
 }
 
 namespace {
@@ -59,7 +72,7 @@ void check_model(const json& body, const ModelContext& ctx) {
   if (!v) return;
   if (!v->is_string()) bad("model", cat("'model' must be a string, got ", v->type_name()));
   if (v->get<std::string>() != ctx.served_model_name)
-    throw ApiError(404, cat("The model '", v->get<std::string>(), "' does not exist; this server serves '",
+    throw ApiError(404, cat("The model '", excerpt(v->get<std::string>()), "' does not exist; this server serves '",
                             ctx.served_model_name, "'"),
                    "model", "invalid_request_error", "model_not_found");
 }
@@ -135,26 +148,48 @@ ApiRequest parse_common(const json& body, const ModelContext& ctx, std::vector<i
   return req;
 }
 
+void check_prompt_bytes(int64_t bytes, const ModelContext& ctx, const char* param) {
+  if (bytes > max_prompt_bytes(ctx))
+    bad(param, cat("the prompt holds ", bytes, " bytes of text; the limit is ", max_prompt_bytes(ctx), " (",
+                   kPromptBytesPerToken, " bytes per token of the model's context of ", ctx.max_model_len,
+                   " tokens), refused before tokenizing"));
+}
+
+// Token ids given directly: checked for count (before anything else) and range.
+std::vector<int32_t> token_ids(const json& list, const ModelContext& ctx, const char* param) {
+  if (static_cast<int64_t>(list.size()) >= ctx.max_model_len)
+    bad(param, cat("the prompt has ", list.size(), " tokens but the model's context is ", ctx.max_model_len,
+                   " tokens (at least one must be left to generate)"));
+  std::vector<int32_t> ids;
+  for (const json& t : list) {
+    if (!t.is_number_integer()) bad(param, cat("'", param, "' token lists must hold integers; found a ", t.type_name()));
+    if (t.is_number_unsigned() && t.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      bad(param, cat("token id ", t.dump(), " in '", param, "' is outside the vocabulary [0, ", ctx.tokenizer->vocab_size(), ")"));
+    int64_t id = t.get<int64_t>();
+    if (id < 0 || id >= ctx.tokenizer->vocab_size())
+      bad(param, cat("token id ", id, " in '", param, "' is outside the vocabulary [0, ", ctx.tokenizer->vocab_size(), ")"));
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+// 'prompt': a string, a list of one string, a list of token ids, or a list of one list of ids
+// (OpenAI's batch forms with a batch of one). Read without recursion: nothing deeper is a prompt.
 std::vector<int32_t> prompt_ids(const json& v, const ModelContext& ctx, std::string& text) {
-  if (v.is_string()) {
-    text = v.get<std::string>();
+  const json* p = &v;
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
+  if (p->is_string()) {
+    text = p->get<std::string>();
+    check_prompt_bytes(static_cast<int64_t>(text.size()), ctx, "prompt");
     return encode_text(text, ctx);
   }
-  if (v.is_array() && v.size() == 1 && v[0].is_string()) return prompt_ids(v[0], ctx, text);
-  if (v.is_array() && v.size() == 1 && v[0].is_array()) return prompt_ids(v[0], ctx, text);
-  if (v.is_array()) {
-    std::vector<int32_t> ids;
-    for (const json& t : v) {
-      if (!t.is_number_integer()) bad("prompt", "'prompt' must be a string, a list of one string, or a list of token ids");
-      int64_t id = t.get<int64_t>();
-      if (id < 0 || id >= ctx.tokenizer->vocab_size())
-        bad("prompt", cat("token id ", id, " in 'prompt' is outside the vocabulary [0, ", ctx.tokenizer->vocab_size(), ")"));
-      ids.push_back(static_cast<int32_t>(id));
-    }
+  if (p->is_array()) {
+    std::vector<int32_t> ids = token_ids(*p, ctx, "prompt");
     text = ctx.tokenizer->decode(std::vector<int>(ids.begin(), ids.end()));
     return ids;
   }
-  bad("prompt", cat("'prompt' must be a string or a list of token ids, got ", v.type_name()));
+  bad("prompt", cat("'prompt' must be a string, a list of one string, a list of token ids or a list of one list of "
+                    "token ids; got ", v.is_array() ? "a list of " + std::to_string(v.size()) + " items" : v.type_name()));
 }
 
 }  // namespace
@@ -168,6 +203,7 @@ std::vector<int32_t> encode_chat(const json& messages, const ModelContext& ctx, 
   if (!messages.is_array()) bad("messages", cat("'messages' must be an array, got ", messages.type_name()));
   if (messages.empty()) bad("messages", "'messages' must hold at least one message");
   ChatTemplateInputs inputs;
+  int64_t text_bytes = 0;
   for (size_t i = 0; i < messages.size(); ++i) {
     const json& m = messages[i];
     std::string where = cat("messages[", i, "]");
@@ -176,7 +212,7 @@ std::vector<int32_t> encode_chat(const json& messages, const ModelContext& ctx, 
     if (!role || !role->is_string()) bad(where + ".role", cat(where, ".role must be a string"));
     std::string r = role->get<std::string>();
     if (r != "system" && r != "user" && r != "assistant" && r != "developer" && r != "tool")
-      bad(where + ".role", cat(where, ".role must be one of system, user, assistant, developer, tool; got '", r, "'"));
+      bad(where + ".role", cat(where, ".role must be one of system, user, assistant, developer, tool; got '", excerpt(r), "'"));
     if (r == "developer") r = "system";
     const json* content = field(m, "content");
     std::string text;
@@ -184,13 +220,16 @@ std::vector<int32_t> encode_chat(const json& messages, const ModelContext& ctx, 
       text = content->get<std::string>();
     } else if (content && content->is_array()) {
       for (const json& part : *content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+            !part["text"].is_string())
           bad(where + ".content", cat(where, ".content parts must be {\"type\": \"text\", \"text\": string}"));
         text += part["text"].get<std::string>();
       }
     } else if (!(content == nullptr && r == "assistant")) {
       bad(where + ".content", cat(where, ".content must be a string or a list of text parts"));
     }
+    text_bytes += static_cast<int64_t>(text.size() + r.size());
+    check_prompt_bytes(text_bytes, ctx, "messages");
     inputs.messages.push_back({r, text});
   }
   inputs.add_generation_prompt = true;
@@ -249,6 +288,32 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& ctx) {
   req.top_logprobs = top;
   for (EngineRequest& r : req.sequences) r.params.logprobs = top;
   return req;
+}
+
+std::vector<int32_t> parse_tokenize_request(const json& body, const ModelContext& ctx) {
+  if (!body.is_object()) bad("", cat("the request body must be a JSON object, got ", body.type_name()));
+  if (body.contains("messages")) return encode_chat(body["messages"], ctx);
+  if (!body.contains("prompt") || !body["prompt"].is_string()) bad("prompt", "/tokenize needs 'prompt' (a string) or 'messages'");
+  const std::string& prompt = body["prompt"].get_ref<const std::string&>();
+  check_prompt_bytes(static_cast<int64_t>(prompt.size()), ctx, "prompt");
+  const bool special = get_bool(body, "add_special_tokens", true);
+  std::vector<int> raw = ctx.tokenizer->encode(prompt, special, /*parse_special=*/false);
+  return {raw.begin(), raw.end()};
+}
+
+std::vector<int> parse_detokenize_request(const json& body, const ModelContext& ctx) {
+  if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+    bad("tokens", "/detokenize needs 'tokens', a list of token ids");
+  const json& tokens = body["tokens"];
+  std::vector<int> ids;
+  for (const json& t : tokens) {
+    const bool in_range = t.is_number_integer() && !(t.is_number_unsigned() && t.get<uint64_t>() > uint64_t(INT32_MAX)) &&
+                          t.get<int64_t>() >= 0 && t.get<int64_t>() < ctx.tokenizer->vocab_size();
+    if (!in_range)
+      bad("tokens", cat("'tokens' must hold token ids in [0, ", ctx.tokenizer->vocab_size(), "); found ", excerpt_json(t)));
+    ids.push_back(static_cast<int>(t.get<int64_t>()));
+  }
+  return ids;
 }
 
 std::string token_text(const ModelContext& ctx, int32_t id, int32_t previous) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -36,6 +37,17 @@ struct ModelContext {
   std::vector<int32_t> eos_ids;
 };
 
+// Prompt text is refused before tokenizing when it holds more than this many bytes per token of
+// the context: no tokenizer packs that much text into one token of a real conversation, so such a
+// prompt could never fit, and refusing it first bounds the tokenizer's (and the template's) work.
+inline constexpr int64_t kPromptBytesPerToken = 64;
+inline constexpr int64_t kMinPromptBytes = 64 * 1024;
+int64_t max_prompt_bytes(const ModelContext& ctx);
+
+// A request body parsed as JSON whose nesting is checked first (core/untrusted.h): a body nested
+// deeper than kMaxJsonDepth, or not JSON, is a 400 before any endpoint sees it.
+json parse_request_body(std::string_view body);
+
 // One parsed API request: what to run (n engine requests) and how to answer.
 struct ApiRequest {
   bool chat = false;
@@ -53,6 +65,9 @@ struct ApiRequest {
 
 ApiRequest parse_completion_request(const json& body, const ModelContext& ctx);
 ApiRequest parse_chat_request(const json& body, const ModelContext& ctx);
+// /tokenize {"prompt"} or {"messages"} -> the prompt's token ids; /detokenize {"tokens"} -> ids.
+std::vector<int32_t> parse_tokenize_request(const json& body, const ModelContext& ctx);
+std::vector<int> parse_detokenize_request(const json& body, const ModelContext& ctx);
 
 // The prompt token ids of a chat conversation (template applied) or plain text (with BOS).
 // rendered (optional) receives the template text.

@@ -4,13 +4,12 @@
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "assets/gguf.h"
 #include "core/error.h"
+#include "core/untrusted.h"
 #include "text/jinja.h"
 
 namespace journey {
@@ -33,12 +32,7 @@ class JinjaChatTemplate : public ChatTemplate {
     context.set("bos_token", jinja::Value(inputs.bos_token));
     context.set("eos_token", jinja::Value(inputs.eos_token));
     if (!inputs.extra_context_json.empty()) {
-      json extra;
-      try {
-        extra = json::parse(inputs.extra_context_json);
-      } catch (const json::exception& e) {
-        fail(name_, ": extra template variables are not valid JSON: ", e.what());
-      }
+      json extra = parse_untrusted_json<json>(inputs.extra_context_json, name_ + ": extra template variables");
       if (!extra.is_object()) fail(name_, ": extra template variables must be a JSON object, found ", extra.type_name());
       for (const auto& [key, value] : extra.items()) context.set(key, jinja::Value::from_json(value));
     }
@@ -90,13 +84,7 @@ constexpr const char* kLlama2Source =
     "message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] "
     "== 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
 
-std::string read_text_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open ", path.string());
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
+std::string read_text_file(const std::filesystem::path& path) { return read_whole_file(path.string()); }
 
 // bos_token / eos_token in tokenizer_config.json: a string, or an AddedToken {"content": ...}.
 std::string special_token(const json& config, const char* key, const std::filesystem::path& file) {
@@ -105,7 +93,7 @@ std::string special_token(const json& config, const char* key, const std::filesy
   if (value.is_string()) return value.get<std::string>();
   if (value.is_object() && value.contains("content") && value["content"].is_string())
     return value["content"].get<std::string>();
-  fail(file.string(), ": field '", key, "': expected a string or {\"content\": string}, found ", value.dump());
+  fail(file.string(), ": field '", key, "': expected a string or {\"content\": string}, found ", excerpt_json(value));
 }
 
 // "chat_template": a string, or a list of {"name", "template"} of which "default" is used.
@@ -119,22 +107,16 @@ std::string template_from_config(const json& config, const std::filesystem::path
       if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") || !entry["name"].is_string() ||
           !entry["template"].is_string())
         fail(file.string(), ": field 'chat_template': list entries must be {\"name\": string, \"template\": string}, found ",
-             entry.dump().substr(0, 200));
+             excerpt_json(entry));
       if (entry["name"] == "default") return entry["template"].get<std::string>();
       names += (names.empty() ? "" : ", ") + entry["name"].get<std::string>();
     }
-    fail(file.string(), ": field 'chat_template': no template named \"default\" among [", names, "]");
+    fail(file.string(), ": field 'chat_template': no template named \"default\" among [", excerpt(names), "]");
   }
   fail(file.string(), ": field 'chat_template': expected a string or a list of {name, template}, found ", value.type_name());
 }
 
-json read_json_file(const std::filesystem::path& path) {
-  try {
-    return json::parse(read_text_file(path));
-  } catch (const json::exception& e) {
-    fail(path.string(), ": not valid JSON: ", e.what());
-  }
-}
+json read_json_file(const std::filesystem::path& path) { return read_untrusted_ordered_json_file(path.string()); }
 
 ModelChatTemplate from_tokenizer_config(const std::filesystem::path& config_path,
                                         const std::filesystem::path& jinja_path) {

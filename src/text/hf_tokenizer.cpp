@@ -2,10 +2,10 @@
 // what Llama 3, Qwen2/2.5/3, GPT-2, Mistral and Llama 2's converted tokenizers use); every
 // normalizer, pre-tokenizer or decoder type not understood here is an error naming it, rather
 // than a silently different tokenization.
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/untrusted.h"
 #include "text/bpe_tokenizer.h"
 #include "text/loaders.h"
 
@@ -38,11 +38,11 @@ struct Reader {
     } else if (type == "Replace") {
       const json& pattern = node.at("pattern");
       if (!pattern.contains("String"))
-        fail(source, ": normalizer Replace with a regex pattern is not supported: ", pattern.dump());
+        fail(source, ": normalizer Replace with a regex pattern is not supported: ", excerpt_json(pattern));
       out.push_back({NormalizerStep::Kind::Replace, pattern.at("String").get<std::string>(),
                      node.at("content").get<std::string>()});
     } else {
-      fail(source, ": normalizer type \"", type, "\" is not supported (supported: Sequence, NFC, NFD, NFKC, NFKD, "
+      fail(source, ": normalizer type \"", excerpt(type), "\" is not supported (supported: Sequence, NFC, NFD, NFKC, NFKD, "
            "Lowercase, Prepend, Replace)");
     }
   }
@@ -54,7 +54,7 @@ struct Reader {
     if (name == "MergedWithPrevious") return B::MergedWithPrevious;
     if (name == "MergedWithNext") return B::MergedWithNext;
     if (name == "Contiguous") return B::Contiguous;
-    fail(source, ": Split behavior \"", name, "\" is unknown");
+    fail(source, ": Split behavior \"", excerpt(name), "\" is unknown");
   }
 
   void pre_tokenizers(const json& node, BpeSpec& spec) const {
@@ -103,7 +103,7 @@ struct Reader {
       step.pattern = R"(\s+)";
       step.behavior = PreTokenizerStep::Behavior::Removed;
     } else {
-      fail(source, ": pre-tokenizer type \"", type, "\" is not supported (supported: Sequence, Split, ByteLevel, "
+      fail(source, ": pre-tokenizer type \"", excerpt(type), "\" is not supported (supported: Sequence, Split, ByteLevel, "
            "Metaspace, Digits, Whitespace, WhitespaceSplit)");
     }
     spec.pre_tokenizers.push_back(step);
@@ -128,7 +128,7 @@ struct Reader {
     } else if (type == "ByteFallback" || type == "Fuse") {
       // byte pieces decode to their byte and pieces are concatenated: what token_bytes does anyway
     } else {
-      fail(source, ": decoder type \"", type, "\" is not supported (supported: Sequence, ByteLevel, Metaspace, "
+      fail(source, ": decoder type \"", excerpt(type), "\" is not supported (supported: Sequence, ByteLevel, Metaspace, "
            "Replace, Strip, ByteFallback, Fuse)");
     }
   }
@@ -138,14 +138,7 @@ struct Reader {
 
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& json_path, const TokenizerConfig& config) {
   const std::string source = json_path.string();
-  std::ifstream in(json_path);
-  if (!in) fail(source, ": cannot open");
-  json root;
-  try {
-    root = json::parse(in);
-  } catch (const json::exception& e) {
-    fail(source, ": not valid JSON: ", e.what());
-  }
+  const json root = read_untrusted_json_file(source);
 
   BpeSpec spec;
   spec.source = source;
@@ -155,21 +148,40 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& json_p
   try {
     const json& model = root.at("model");
     const std::string type = model.value("type", "BPE");
-    if (type != "BPE") fail(source, ": model type \"", type, "\" is not supported; only \"BPE\" is");
+    if (type != "BPE") fail(source, ": model type \"", excerpt(type), "\" is not supported; only \"BPE\" is");
 
-    // Vocabulary: piece -> id, with added tokens filling in ids above it.
+    // Vocabulary: piece -> id, with added tokens filling in ids above it. Ids index arrays
+    // sized from them, so each is checked as a 64-bit integer against a bound known before any
+    // allocation: ids are dense from 0, so none can reach the number of entries in the file.
+    const json& vocab = model.at("vocab");
+    if (!vocab.is_object()) fail(source, ": model.vocab must be an object of piece -> id, found ", vocab.type_name());
+    const json added_tokens = root.value("added_tokens", json::array());
+    if (!added_tokens.is_array()) fail(source, ": added_tokens must be a list, found ", added_tokens.type_name());
+    const int64_t max_ids = static_cast<int64_t>(vocab.size() + added_tokens.size());
+    auto token_id = [&](const json& id, const std::string& what) -> int {
+      if (!id.is_number_integer())
+        fail(source, ": ", what, ": the id must be an integer, found ", id.type_name(), " ", excerpt_json(id));
+      if (id.is_number_unsigned() ? id.get<uint64_t>() >= static_cast<uint64_t>(max_ids)
+                                  : (id.get<int64_t>() < 0 || id.get<int64_t>() >= max_ids))
+        fail(source, ": ", what, ": id ", id.dump(), " is outside [0, ", max_ids,
+             "): ids must be numbered from 0 without large gaps (", vocab.size(), " vocab entries + ",
+             added_tokens.size(), " added tokens)");
+      return static_cast<int>(id.get<int64_t>());
+    };
     int size = 0;
-    for (const auto& [piece, id] : model.at("vocab").items()) size = std::max(size, id.get<int>() + 1);
-    for (const json& token : root.value("added_tokens", json::array())) size = std::max(size, token.at("id").get<int>() + 1);
+    for (const auto& [piece, id] : vocab.items())
+      size = std::max(size, token_id(id, cat("model.vocab[\"", excerpt(piece), "\"]")) + 1);
+    for (const json& token : added_tokens)
+      size = std::max(size, token_id(token.at("id"), "added_tokens") + 1);
     spec.pieces.assign(size, "");
     spec.special.assign(size, false);
-    for (const auto& [piece, id] : model.at("vocab").items()) spec.pieces[id.get<int>()] = piece;
+    for (const auto& [piece, id] : vocab.items()) spec.pieces[id.get<int64_t>()] = piece;
 
     for (const json& merge : model.at("merges")) {
       if (merge.is_string()) {  // "a b"
         const std::string text = merge.get<std::string>();
         const size_t space = text.find(' ', 1);
-        if (space == std::string::npos) fail(source, ": merge \"", text, "\" has no space between its two pieces");
+        if (space == std::string::npos) fail(source, ": merge \"", excerpt(text), "\" has no space between its two pieces");
         spec.merges.emplace_back(text.substr(0, space), text.substr(space + 1));
       } else {  // ["a", "b"]
         spec.merges.emplace_back(merge.at(0).get<std::string>(), merge.at(1).get<std::string>());
@@ -177,9 +189,9 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& json_p
     }
     spec.ignore_merges = model.value("ignore_merges", false);
     spec.byte_fallback = model.value("byte_fallback", false);
-    for (const json& token : root.value("added_tokens", json::array())) {
+    for (const json& token : added_tokens) {
       AddedToken added;
-      added.id = token.at("id").get<int>();
+      added.id = token_id(token.at("id"), "added_tokens");
       added.content = token.at("content").get<std::string>();
       added.special = token.value("special", false);
       added.lstrip = token.value("lstrip", false);
@@ -198,7 +210,7 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& json_p
     reader.pre_tokenizers(root.value("pre_tokenizer", json()), spec);
     reader.decoder(root.value("decoder", json()), spec);
   } catch (const json::exception& e) {
-    fail(source, ": unexpected structure: ", e.what());
+    fail(source, ": unexpected structure: ", excerpt(e.what()));
   }
 
   // BOS/EOS: tokenizer_config.json names them; add BOS when it says so, or when it names a BOS
@@ -210,7 +222,7 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& json_p
     for (int id = 0; id < static_cast<int>(spec.pieces.size()); ++id) {
       if (spec.pieces[id] == text) return id;
     }
-    fail(source, ": tokenizer_config.json names ", field, " \"", text, "\", which is not in the vocabulary");
+    fail(source, ": tokenizer_config.json names ", field, " \"", excerpt(text), "\", which is not in the vocabulary");
   };
   if (config.bos_token) spec.bos = find(*config.bos_token, "bos_token");
   if (config.eos_token) spec.eos.push_back(find(*config.eos_token, "eos_token"));

@@ -19,6 +19,21 @@
 
 namespace journey::jinja {
 
+// What one render may spend. A chat template comes from a model file, so a render is bounded
+// like any other hostile input: a template that loops for ever or builds ever-larger strings
+// ends with a template error instead of stalling or exhausting the process.
+struct RenderLimits {
+  // Units of work: one per statement or expression evaluated, per loop iteration, per item of a
+  // list or dict built, compared, printed or serialized, and per 64 bytes of string built.
+  // Real chat templates spend a few thousand per conversation.
+  std::int64_t max_steps = 2'000'000;
+  // Largest rendered text and largest string built along the way.
+  std::size_t max_string_bytes = 8u << 20;
+  // Stack the evaluator's recursion may use (threads get 8 MiB by default). Counted in bytes, not
+  // levels, because a level costs ~0.5 KiB in a release build and ~10 KiB under AddressSanitizer.
+  std::size_t max_stack_bytes = 2u << 20;
+};
+
 class Value;
 using ValueList = std::vector<Value>;
 using ValueDict = std::vector<std::pair<std::string, Value>>;  // insertion order, like Python dicts
@@ -52,6 +67,13 @@ class Value {
   bool is_list() const { return kind_ == Kind::List; }
   bool is_dict() const { return kind_ == Kind::Dict; }
   bool is_namespace() const { return kind_ == Kind::Dict && is_namespace_; }
+  // Nesting of lists and dicts, counted when the value is built (a namespace counts as 1: its
+  // attributes change later, so walks over values guard their depth themselves).
+  int depth() const { return depth_; }
+  // The shared container (list or dict) this value refers to, for cycle checks; null otherwise.
+  const void* identity() const;
+  // Drop a namespace's attributes (what ends a render: breaks cycles such as `set ns.me = ns`).
+  void clear_namespace();
 
   bool as_bool() const { return b_; }
   std::int64_t as_int() const { return i_; }
@@ -80,6 +102,7 @@ class Value {
   Kind kind_ = Kind::Undefined;
   bool b_ = false;
   bool is_namespace_ = false;
+  int depth_ = 0;
   std::int64_t i_ = 0;
   double d_ = 0.0;
   std::shared_ptr<std::string> s_;
@@ -104,7 +127,8 @@ class Template {
   // origin names the template in error messages (a file path, "tokenizer_config.json", ...).
   static Template parse(const std::string& source, const std::string& origin);
   // context: a dict of top-level variables (messages, bos_token, add_generation_prompt, ...).
-  std::string render(const Value& context) const;
+  // The render is bounded by limits; exceeding them is a journey::Error like any template error.
+  std::string render(const Value& context, const RenderLimits& limits = {}) const;
   const std::string& origin() const { return origin_; }
 
  private:

@@ -7,24 +7,74 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <limits>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/untrusted.h"
 #include "text/jinja_internal.h"
 
 namespace journey::jinja {
 namespace {
 
-// A runtime problem without a location; the innermost expression node being evaluated adds it.
-struct Problem {
-  std::string message;
-};
-[[noreturn]] void problem(const std::string& message) { throw Problem{message}; }
-
 enum class Flow { Normal, Break, Continue };
 
-// Guards against templates that would exhaust memory (a template is untrusted input).
-constexpr double kMaxBuiltLength = 64.0 * 1024 * 1024;
+// Deepest recursion of the evaluator (statements and expressions, macro calls included): the
+// parser bounds one template's nesting by kMaxNesting, recursive macros could go further.
+constexpr int kMaxEvalDepth = 1000;
+
+// ---- checked integer arithmetic (Python ints do not overflow; ours end in a template error) --
+
+[[noreturn]] void overflow(std::int64_t a, const char* op, std::int64_t b) {
+  problem(cat("integer overflow: ", a, " ", op, " ", b, " does not fit in 64 bits"));
+}
+
+std::int64_t checked_add(std::int64_t a, std::int64_t b) {
+  std::int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) overflow(a, "+", b);
+  return r;
+}
+std::int64_t checked_sub(std::int64_t a, std::int64_t b) {
+  std::int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) overflow(a, "-", b);
+  return r;
+}
+std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) overflow(a, "*", b);
+  return r;
+}
+// Python's floor division and modulo (b != 0 is checked by the caller). INT64_MIN / -1 is the one
+// quotient that does not fit (and traps on x86): an error for //, while % -1 is always 0.
+std::int64_t floor_div(std::int64_t a, std::int64_t b) {
+  if (a == std::numeric_limits<std::int64_t>::min() && b == -1) overflow(a, "//", b);
+  std::int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+std::int64_t floor_mod(std::int64_t a, std::int64_t b) {
+  if (b == -1) return 0;
+  std::int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+std::int64_t checked_pow(std::int64_t base, std::int64_t exponent) {  // exponent >= 0
+  std::int64_t result = 1;
+  for (std::int64_t b = base, e = exponent; e > 0; e >>= 1) {
+    if (e & 1) result = checked_mul(result, b);
+    if (e > 1) {
+      if (__builtin_mul_overflow(b, b, &b)) overflow(base, "**", exponent);
+    }
+  }
+  return result;
+}
+// A float that becomes an int (the int filter): it must fit.
+std::int64_t float_to_int(double d) {
+  // 2^63 is exactly representable; every double below it in magnitude truncates into range.
+  if (!std::isfinite(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0)
+    problem(cat("int: ", python_float(d), " does not fit in a 64-bit integer"));
+  return static_cast<std::int64_t>(d);
+}
 
 // ---- string helpers (Python str semantics on UTF-8, by code point) ---------------------------
 
@@ -32,25 +82,40 @@ bool is_py_space(const std::string& ch) {
   return ch == " " || ch == "\t" || ch == "\n" || ch == "\r" || ch == "\v" || ch == "\f";
 }
 
+// Length in bytes of the UTF-8 character that starts at s[i] (as decode_utf8 reads it).
+std::size_t char_length_at(const std::string& s, std::size_t i) {
+  std::size_t length = 0;
+  decode_utf8(s, i, &length);
+  return length;
+}
+
 std::string py_strip(const std::string& s, const Value& chars, bool left, bool right) {
-  auto characters = utf8_characters(s);
   std::vector<std::string> set;
-  if (!chars.is_undefined() && !chars.is_none()) {
+  const bool whitespace = chars.is_undefined() || chars.is_none();
+  if (!whitespace) {
     if (!chars.is_string()) problem(cat("strip: expected a string of characters, found ", chars.kind_name()));
     set = utf8_characters(chars.as_string());
   }
   auto strip_it = [&](const std::string& ch) {
-    return set.empty() && (chars.is_undefined() || chars.is_none()) ? is_py_space(ch)
-                                                                    : std::find(set.begin(), set.end(), ch) != set.end();
+    return whitespace ? is_py_space(ch) : std::find(set.begin(), set.end(), ch) != set.end();
   };
-  std::size_t begin = 0, end = characters.size();
+  // Walk by character boundaries from both ends; the middle is copied once.
+  std::size_t begin = 0, end = s.size();
   if (left)
-    while (begin < end && strip_it(characters[begin])) ++begin;
+    while (begin < end) {
+      std::size_t n = char_length_at(s, begin);
+      if (!strip_it(s.substr(begin, n))) break;
+      begin += n;
+    }
   if (right)
-    while (end > begin && strip_it(characters[end - 1])) --end;
-  std::string out;
-  for (std::size_t i = begin; i < end; ++i) out += characters[i];
-  return out;
+    while (end > begin) {
+      std::size_t start = end - 1;
+      while (start > begin && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+      if (char_length_at(s, start) != end - start) start = end - 1;  // a stray continuation byte
+      if (!strip_it(s.substr(start, end - start))) break;
+      end = start;
+    }
+  return s.substr(begin, end - begin);
 }
 
 Value py_split(const std::string& s, const Value& separator, const Value& max_split_value) {
@@ -96,6 +161,7 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
     std::size_t found = s.find(from, start);
     if (found == std::string::npos || (count >= 0 && done == count)) break;
     out += s.substr(start, found - start) + to;
+    check_string_size(out.size());
     start = found + from.size();
     ++done;
   }
@@ -154,7 +220,12 @@ bool starts_or_ends(const std::string& s, const Value& affix, bool starts) {
 
 std::int64_t length_of(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::String: return std::int64_t(utf8_characters(v.as_string()).size());
+    case Value::Kind::String: {
+      const std::string& s = v.as_string();
+      std::int64_t count = 0;
+      for (std::size_t i = 0; i < s.size(); i += char_length_at(s, i)) ++count;
+      return count;
+    }
     case Value::Kind::List: return std::int64_t(v.as_list().size());
     case Value::Kind::Dict: return std::int64_t(v.as_dict().size());
     case Value::Kind::Undefined: return 0;
@@ -165,14 +236,15 @@ std::int64_t length_of(const Value& v) {
 // Python iteration: list items, dict keys, string characters; undefined iterates as empty.
 ValueList iterate(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::List: return v.as_list();
+    case Value::Kind::List: charge_steps(std::int64_t(v.as_list().size())); return v.as_list();
     case Value::Kind::Dict: {
+      charge_steps(std::int64_t(v.as_dict().size()));
       ValueList keys;
       for (const auto& entry : v.as_dict()) keys.emplace_back(entry.first);
       return keys;
     }
     case Value::Kind::String: {
-      ValueList chars;
+      ValueList chars;  // utf8_characters charges one step per character
       for (auto& ch : utf8_characters(v.as_string())) chars.emplace_back(ch);
       return chars;
     }
@@ -204,7 +276,10 @@ Seq slice_sequence(const Seq& seq, const Value& start_v, const Value& stop_v, co
   std::int64_t start = clamp(start_v, step > 0 ? 0 : n - 1);
   std::int64_t stop = clamp(stop_v, step > 0 ? n : -1);
   Seq out;
-  for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(seq[std::size_t(i)]);
+  for (std::int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    out.push_back(seq[std::size_t(i)]);
+    if (__builtin_add_overflow(i, step, &i)) break;  // a huge step: past either end anyway
+  }
   return out;
 }
 
@@ -250,11 +325,49 @@ class Renderer {
     return Flow::Normal;
   }
 
+  // Counts the evaluator's recursion (exec and eval, across macro calls) in levels and in stack.
+  struct DepthGuard {
+    explicit DepthGuard(int& d) : depth(d) {
+      if (++depth > kMaxEvalDepth) {
+        --depth;
+        problem(cat("the template recursed deeper than ", kMaxEvalDepth, " levels (runaway recursion?)"));
+      }
+      if (RenderBudget* budget = RenderBudget::active()) {
+        try {
+          budget->check_stack();
+        } catch (...) {
+          --depth;
+          throw;
+        }
+      }
+    }
+    ~DepthGuard() { --depth; }
+    int& depth;
+  };
+
   Flow exec(const Node& node, std::string& out) {
+    try {
+      charge_steps(1);
+      DepthGuard guard(depth_);
+      return exec_inner(node, out);
+    } catch (const Problem& p) {
+      error(node, p.what());
+    }
+  }
+
+  Flow exec_inner(const Node& node, std::string& out) {
     switch (node.kind) {
       case Node::Kind::Sequence: return exec_body(node.body, out);
-      case Node::Kind::Text: out += node.text; return Flow::Normal;
-      case Node::Kind::Output: out += eval(*node.a).str(); return Flow::Normal;
+      case Node::Kind::Text:
+        check_string_size(out.size() + node.text.size());
+        out += node.text;
+        return Flow::Normal;
+      case Node::Kind::Output: {
+        std::string text = eval(*node.a).str();
+        check_string_size(out.size() + text.size());
+        out += text;
+        return Flow::Normal;
+      }
       case Node::Kind::If:
         return eval(*node.a).truthy() ? exec_body(node.body, out) : exec_body(node.else_body, out);
       case Node::Kind::For: return exec_for(node, out);
@@ -279,11 +392,12 @@ class Renderer {
     try {
       items = iterate(iterable);
     } catch (const Problem& p) {
-      error(*node.a, p.message);
+      error(*node.a, p.what());
     }
     if (node.b) {  // `for x in xs if cond`: filter first, so loop.* counts the kept items
       ValueList kept;
       for (const auto& item : items) {
+        charge_steps(1);
         scopes_.emplace_back();
         bind_targets(node, item);
         if (eval(*node.b).truthy()) kept.push_back(item);
@@ -294,6 +408,7 @@ class Renderer {
     if (items.empty()) return exec_body(node.else_body, out);
     const std::int64_t n = std::int64_t(items.size());
     for (std::int64_t i = 0; i < n; ++i) {
+      charge_steps(1);  // an empty body still costs its iterations
       scopes_.emplace_back();
       bind_targets(node, items[std::size_t(i)]);
       ValueDict loop{{"index", Value(i + 1)},
@@ -384,9 +499,11 @@ class Renderer {
 
   Value eval(const Node& node) {
     try {
+      charge_steps(1);
+      DepthGuard guard(depth_);
       return eval_inner(node);
     } catch (const Problem& p) {
-      error(node, p.message);
+      error(node, p.what());
     }
   }
 
@@ -432,7 +549,7 @@ class Renderer {
         if (node.text == "not") return Value(!operand.truthy());
         if (!operand.is_number()) problem(cat("unary '", node.text, "' needs a number, found ", operand.kind_name()));
         if (node.text == "+") return operand;
-        return operand.kind() == Value::Kind::Int ? Value(-operand.as_int()) : Value(-operand.as_number());
+        return operand.kind() == Value::Kind::Int ? Value(checked_sub(0, operand.as_int())) : Value(-operand.as_number());
       }
       case Node::Kind::Binary: return eval_binary(node);
       case Node::Kind::Ternary:
@@ -494,36 +611,32 @@ class Renderer {
       }
     }
     if (op == "*" && left.is_string() && right.kind() == Value::Kind::Int) {
-      if (double(right.as_int()) * double(left.as_string().size()) > kMaxBuiltLength)
-        problem("string repetition would exceed 64 MiB");
+      const std::string& s = left.as_string();
+      const std::int64_t count = std::max<std::int64_t>(right.as_int(), 0);
+      if (!s.empty() && std::uint64_t(count) > std::numeric_limits<std::size_t>::max() / s.size())
+        overflow(std::int64_t(s.size()), "*", count);
+      check_string_size(s.size() * std::size_t(count));
       std::string out;
-      for (std::int64_t k = 0; k < right.as_int(); ++k) out += left.as_string();
+      out.reserve(s.size() * std::size_t(count));
+      for (std::int64_t k = 0; k < count; ++k) out += s;
       return Value(out);
     }
     if (!left.is_number() || !right.is_number())
       problem(cat("unsupported operand types for '", op, "': ", left.kind_name(), " and ", right.kind_name()));
     bool ints = left.kind() == Value::Kind::Int && right.kind() == Value::Kind::Int;
     double a = left.as_number(), b = right.as_number();
-    if (op == "+") return ints ? Value(left.as_int() + right.as_int()) : Value(a + b);
-    if (op == "-") return ints ? Value(left.as_int() - right.as_int()) : Value(a - b);
-    if (op == "*") return ints ? Value(left.as_int() * right.as_int()) : Value(a * b);
-    if (op == "**") return ints && right.as_int() >= 0 ? Value(std::int64_t(std::llround(std::pow(a, b)))) : Value(std::pow(a, b));
+    if (op == "+") return ints ? Value(checked_add(left.as_int(), right.as_int())) : Value(a + b);
+    if (op == "-") return ints ? Value(checked_sub(left.as_int(), right.as_int())) : Value(a - b);
+    if (op == "*") return ints ? Value(checked_mul(left.as_int(), right.as_int())) : Value(a * b);
+    if (op == "**") return ints && right.as_int() >= 0 ? Value(checked_pow(left.as_int(), right.as_int())) : Value(std::pow(a, b));
     if (b == 0) problem(cat("division by zero ('", op, "')"));
     if (op == "/") return Value(a / b);
     if (op == "//") {
-      if (ints) {
-        std::int64_t q = left.as_int() / right.as_int();
-        if ((left.as_int() % right.as_int() != 0) && ((left.as_int() < 0) != (right.as_int() < 0))) --q;
-        return Value(q);
-      }
+      if (ints) return Value(floor_div(left.as_int(), right.as_int()));
       return Value(std::floor(a / b));
     }
     if (op == "%") {
-      if (ints) {
-        std::int64_t r = left.as_int() % right.as_int();
-        if (r != 0 && ((r < 0) != (right.as_int() < 0))) r += right.as_int();
-        return Value(r);
-      }
+      if (ints) return Value(floor_mod(left.as_int(), right.as_int()));
       double r = std::fmod(a, b);
       if (r != 0 && ((r < 0) != (b < 0))) r += b;
       return Value(r);
@@ -541,8 +654,15 @@ class Renderer {
       return Value();
     }
     if (object.is_string()) return bound_method(object, name);
-    if (object.is_list() && !name.empty() && std::isdigit(static_cast<unsigned char>(name[0])))
-      return subscript(object, Value(std::int64_t(std::stoll(name))), node);
+    if (object.is_list() && !name.empty() && std::isdigit(static_cast<unsigned char>(name[0]))) {
+      std::int64_t index = 0;
+      try {
+        index = std::stoll(name);
+      } catch (const std::exception&) {
+        return Value();  // beyond 64 bits: no such item
+      }
+      return subscript(object, Value(index), node);
+    }
     return Value();  // Jinja2: a missing attribute is undefined
   }
 
@@ -610,13 +730,14 @@ class Renderer {
         Value needle = args.get(0, "sub");
         if (!needle.is_string()) problem("find: expected a string");
         std::size_t at = s.find(needle.as_string());
-        return Value(at == std::string::npos ? std::int64_t(-1) : std::int64_t(utf8_characters(s.substr(0, at)).size()));
+        return Value(at == std::string::npos ? std::int64_t(-1) : length_of(Value(s.substr(0, at))));
       }
       if (name == "join") {
         std::string out;
         bool first = true;
         for (const auto& item : iterate(args.get(0, "iterable"))) {
           out += (first ? "" : s) + item.str();
+          check_string_size(out.size());
           first = false;
         }
         return Value(out);
@@ -650,7 +771,7 @@ class Renderer {
       JsonStyle style;
       Value indent = arg(0, "indent");
       if (indent.is_number()) {
-        style.indent = int(indent.as_int());
+        style.indent = int(std::clamp<std::int64_t>(indent.as_int(), 0, std::numeric_limits<std::int32_t>::max()));
         style.item_separator = ",";
       }
       if (arg(99, "ensure_ascii").truthy()) style.ensure_ascii = true;
@@ -671,6 +792,7 @@ class Renderer {
       for (const auto& item : iterate(value)) {
         Value shown = attribute_name.is_string() ? item.get(attribute_name.as_string()) : item;
         out += (first ? "" : separator.str()) + shown.str();
+        check_string_size(out.size());
         first = false;
       }
       return Value(out);
@@ -740,7 +862,8 @@ class Renderer {
       return Value(std::move(out));
     }
     if (f == "int") {
-      if (value.is_number()) return Value(std::int64_t(value.as_number()));
+      if (value.kind() == Value::Kind::Int) return value;
+      if (value.is_number()) return Value(float_to_int(value.as_number()));
       if (value.is_string()) {
         try {
           return Value(std::int64_t(std::stoll(value.as_string())));
@@ -756,17 +879,23 @@ class Renderer {
     }
     if (f == "abs") {
       if (!value.is_number()) problem(cat("abs: expected a number, found ", value.kind_name()));
-      return value.kind() == Value::Kind::Int ? Value(std::int64_t(std::llabs(value.as_int()))) : Value(std::fabs(value.as_number()));
+      return value.kind() == Value::Kind::Int ? Value(value.as_int() < 0 ? checked_sub(0, value.as_int()) : value.as_int())
+                                              : Value(std::fabs(value.as_number()));
     }
     if (f == "indent") {
-      std::int64_t width = arg(0, "width").is_number() ? arg(0, "width").as_int() : 4;
+      std::int64_t width = arg(0, "width").kind() == Value::Kind::Int ? arg(0, "width").as_int() : 4;
       bool indent_first = arg(1, "first").truthy();
-      std::string pad(std::size_t(std::max<std::int64_t>(width, 0)), ' ');
-      const std::string& s = need_string();
+      const std::size_t pad_bytes = std::size_t(std::clamp<std::int64_t>(width, 0, std::numeric_limits<std::int32_t>::max()));
+      check_string_size(pad_bytes);
+      std::string pad(pad_bytes, ' ');
+      const std::string s = need_string();
       std::string out = indent_first && !s.empty() ? pad : "";
       for (std::size_t i = 0; i < s.size(); ++i) {
         out += s[i];
-        if (s[i] == '\n' && i + 1 < s.size() && s[i + 1] != '\n') out += pad;
+        if (s[i] == '\n' && i + 1 < s.size() && s[i + 1] != '\n') {
+          check_string_size(out.size() + pad.size());
+          out += pad;
+        }
       }
       return Value(out);
     }
@@ -806,7 +935,7 @@ class Renderer {
     if (t == "in") return contains(other, value);
     if (t == "odd" || t == "even" || t == "divisibleby") {
       if (kind != Value::Kind::Int) problem(cat("test '", t, "' needs an integer, found ", value.kind_name()));
-      if (t == "divisibleby") return other.as_int() != 0 && value.as_int() % other.as_int() == 0;
+      if (t == "divisibleby") return other.kind() == Value::Kind::Int && other.as_int() != 0 && floor_mod(value.as_int(), other.as_int()) == 0;
       return (value.as_int() % 2 != 0) == (t == "odd");
     }
     if (t == "lower" || t == "upper") {
@@ -832,14 +961,16 @@ class Renderer {
     }
   }
 
+  // Messages may quote values the template built or the request sent: they are cut short.
   [[noreturn]] void error(const Node& node, const std::string& message) const {
-    fail(origin_, ":", node.line, ":", node.column, ": template error: ", message);
+    fail(origin_, ":", node.line, ":", node.column, ": template error: ", excerpt(message, 400));
   }
 
   static constexpr int kMaxMacroDepth = 100;
   const std::string& origin_;
   std::vector<Scope> scopes_;
   int macro_depth_ = 0;
+  int depth_ = 0;  // exec/eval recursion (DepthGuard)
 };
 
 }  // namespace
@@ -851,11 +982,16 @@ Template Template::parse(const std::string& source, const std::string& origin) {
   return t;
 }
 
-std::string Template::render(const Value& context) const {
+std::string Template::render(const Value& context, const RenderLimits& limits) const {
   if (!context.is_dict()) fail(origin_, ": template context must be a dict, found ", context.kind_name());
   std::string out;
-  Renderer renderer(origin_, context);
-  renderer.render(*root_, out);
+  RenderBudget budget(limits);  // outlives the renderer: it releases the render's namespaces last
+  try {
+    Renderer renderer(origin_, context);
+    renderer.render(*root_, out);
+  } catch (const Problem& p) {  // charged outside any statement (e.g. building the context)
+    fail(origin_, ": template error: ", excerpt(p.what(), 400));
+  }
   return out;
 }
 
@@ -877,9 +1013,16 @@ Value default_globals(std::int64_t now_unix_seconds) {
                   problem("range: expected 1 to 3 arguments");
                 }
                 if (step == 0) problem("range: step cannot be zero");
-                if (std::fabs((double(stop) - double(start)) / double(step)) > 1e7) problem("range: more than 10 million items");
+                // The item count in 128 bits (stop - start can exceed 64), charged before building.
+                const __int128 span = step > 0 ? __int128(stop) - start : __int128(start) - stop;
+                const __int128 magnitude = step > 0 ? __int128(step) : -__int128(step);
+                const __int128 count = span <= 0 ? 0 : (span + magnitude - 1) / magnitude;
+                if (count > std::numeric_limits<std::int32_t>::max())
+                  problem(cat("range(", start, ", ", stop, ", ", step, ") has more items than any render may build"));
+                charge_steps(std::int64_t(count));
                 ValueList out;
-                for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.emplace_back(i);
+                out.reserve(std::size_t(count));
+                for (std::int64_t k = 0; k < std::int64_t(count); ++k) out.emplace_back(std::int64_t(start + __int128(k) * step));
                 return Value(std::move(out));
               }));
   globals.set("namespace", Value::function("namespace", [](const CallArgs& args) {

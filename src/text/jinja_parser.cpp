@@ -1,6 +1,9 @@
 // The parser: tokens -> AST, by recursive descent with Jinja2's operator precedence
 // (or < and < not < comparisons < + - < ~ < * / // % < ** < unary < postfix, filters, tests).
+#include <algorithm>
+
 #include "core/error.h"
+#include "core/untrusted.h"
 #include "text/jinja_internal.h"
 
 namespace journey::jinja {
@@ -181,7 +184,7 @@ class Parser {
       if (at_expression_end()) break;
       list->args.push_back(parse_expression(with_condexpr));
     }
-    return list;
+    return seal(list);
   }
 
   NodePtr parse_expression(bool with_condexpr) {
@@ -192,7 +195,7 @@ class Parser {
       ternary->b = expr;
       ternary->a = parse_or();
       if (accept_name("else")) ternary->c = parse_expression(true);
-      expr = ternary;
+      expr = seal(ternary);
     }
     return expr;
   }
@@ -217,10 +220,11 @@ class Parser {
 
   NodePtr parse_not() {
     if (peek().kind == TokenKind::Name && peek().text == "not") {
+      NestingGuard guard(*this);
       auto node = make(Node::Kind::Unary, next());
       node->text = "not";
       node->a = parse_not();
-      return node;
+      return seal(node);
     }
     return parse_compare();
   }
@@ -288,11 +292,12 @@ class Parser {
     const Token& token = peek();
     NodePtr node;
     if (token.kind == TokenKind::Operator && (token.text == "-" || token.text == "+")) {
+      NestingGuard guard(*this);
       ++pos_;
       auto unary = make(Node::Kind::Unary, token);
       unary->text = token.text;
       unary->a = parse_unary(false);
-      node = unary;
+      node = seal(unary);
     } else {
       node = parse_postfix(parse_primary());
     }
@@ -344,7 +349,7 @@ class Parser {
             }
             list->args.push_back(parse_expression(true));
           }
-          return list;
+          return seal(list);
         }
         if (token.text == "{") {
           auto dict = make(Node::Kind::DictLiteral, token);
@@ -357,7 +362,7 @@ class Parser {
             expect_operator(":");
             dict->pairs.emplace_back(key, parse_expression(true));
           }
-          return dict;
+          return seal(dict);
         }
         break;
       default: break;
@@ -377,7 +382,7 @@ class Parser {
         auto attr = make(Node::Kind::Attribute, token);
         attr->a = node;
         attr->text = name.text;
-        node = attr;
+        node = seal(attr);
       } else if (token.text == "[") {
         ++pos_;
         node = parse_subscript(token, node);
@@ -386,7 +391,7 @@ class Parser {
         auto call = make(Node::Kind::Call, token);
         call->a = node;
         parse_call_arguments(*call);
-        node = call;
+        node = seal(call);
       } else {
         return node;
       }
@@ -410,14 +415,14 @@ class Parser {
       auto item = make(Node::Kind::Item, open);
       item->a = object;
       item->b = parts[0];
-      return item;
+      return seal(item);
     }
     auto slice = make(Node::Kind::Slice, open);
     slice->a = object;
     slice->b = parts[0];
     slice->c = parts[1];
     slice->d = parts[2];
-    return slice;
+    return seal(slice);
   }
 
   // After '(' : positional and keyword arguments up to ')'.
@@ -449,7 +454,7 @@ class Parser {
         filter->a = node;
         filter->text = expect(TokenKind::Name, "a filter name").text;
         if (accept_operator("(")) parse_call_arguments(*filter);
-        node = filter;
+        node = seal(filter);
       } else if (token.kind == TokenKind::Name && token.text == "is") {
         ++pos_;
         auto test = make(Node::Kind::Test, token);
@@ -463,13 +468,13 @@ class Parser {
         } else if (starts_test_argument()) {
           test->args.push_back(parse_postfix(parse_primary()));
         }
-        node = test;
+        node = seal(test);
       } else if (token.kind == TokenKind::Operator && token.text == "(") {
         ++pos_;
         auto call = make(Node::Kind::Call, token);
         call->a = node;
         parse_call_arguments(*call);
-        node = call;
+        node = seal(call);
       } else {
         return node;
       }
@@ -575,11 +580,30 @@ class Parser {
     node->text = op;
     node->a = std::move(left);
     node->b = std::move(right);
+    return seal(node);
+  }
+
+  // A finished expression node: its height from its children, refused past kMaxNesting. Chains
+  // that the parser builds in a loop (a.b.c…, 1+1+…, x|f|g…) never recurse here, but evaluating,
+  // describing and destroying the tree does, once per level: this keeps every walk shallow.
+  MutableNode seal(MutableNode node) const {
+    int tallest = 0;
+    auto see = [&](const NodePtr& child) {
+      if (child) tallest = std::max(tallest, child->height);
+    };
+    see(node->a), see(node->b), see(node->c), see(node->d);
+    for (const auto& child : node->args) see(child);
+    for (const auto& [name, child] : node->kwargs) see(child);
+    for (const auto& [key, value] : node->pairs) see(key), see(value);
+    node->height = tallest + 1;
+    if (node->height > kMaxNesting)
+      error(node->line, node->column, cat("an expression nested deeper than ", kMaxNesting, " levels"));
     return node;
   }
 
-  [[noreturn]] void error(const Token& at, const std::string& message) const {
-    fail(origin_, ":", at.line, ":", at.column, ": template syntax error: ", message);
+  [[noreturn]] void error(const Token& at, const std::string& message) const { error(at.line, at.column, message); }
+  [[noreturn]] void error(int line, int column, const std::string& message) const {
+    fail(origin_, ":", line, ":", column, ": template syntax error: ", excerpt(message, 400));
   }
 
   // Deeply nested input would otherwise overflow the stack of this recursive-descent parser.
@@ -591,7 +615,6 @@ class Parser {
     ~NestingGuard() { --parser.depth_; }
     Parser& parser;
   };
-  static constexpr int kMaxNesting = 200;
   int depth_ = 0;
 
   const std::vector<Token>& tokens_;

@@ -1,10 +1,10 @@
 #include "text/special_tokens.h"
 
 #include <array>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/untrusted.h"
 
 namespace journey {
 
@@ -72,16 +72,6 @@ std::vector<TextSegment> split_on_added_tokens(std::string_view text, const std:
 
 namespace {
 
-nlohmann::json read_json(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) fail(path.string(), ": cannot open");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(path.string(), ": not valid JSON: ", e.what());
-  }
-}
-
 // "bos_token": "<s>" | {"content": "<s>", ...} | null
 std::optional<std::string> token_text(const nlohmann::json& config, const char* field,
                                       const std::filesystem::path& path) {
@@ -90,14 +80,14 @@ std::optional<std::string> token_text(const nlohmann::json& config, const char* 
   if (it->is_string()) return it->get<std::string>();
   if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
     return (*it)["content"].get<std::string>();
-  fail(path.string(), ": field \"", field, "\": expected a string or {\"content\": string}, found ", it->dump());
+  fail(path.string(), ": field \"", field, "\": expected a string or {\"content\": string}, found ", excerpt_json(*it));
 }
 
 std::optional<bool> optional_bool(const nlohmann::json& config, const char* field,
                                   const std::filesystem::path& path) {
   auto it = config.find(field);
   if (it == config.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean()) fail(path.string(), ": field \"", field, "\": expected true/false, found ", it->dump());
+  if (!it->is_boolean()) fail(path.string(), ": field \"", field, "\": expected true/false, found ", excerpt_json(*it));
   return it->get<bool>();
 }
 
@@ -106,7 +96,7 @@ std::optional<bool> optional_bool(const nlohmann::json& config, const char* fiel
 TokenizerConfig read_tokenizer_config(const std::filesystem::path& path) {
   TokenizerConfig config;
   if (!std::filesystem::exists(path)) return config;
-  const nlohmann::json json = read_json(path);
+  const nlohmann::json json = read_untrusted_json_file(path.string());
   if (!json.is_object()) fail(path.string(), ": expected a JSON object at the top level");
   config.present = true;
   config.bos_token = token_text(json, "bos_token", path);
@@ -125,7 +115,7 @@ TokenizerConfig read_tokenizer_config(const std::filesystem::path& path) {
         token.rstrip = value.value("rstrip", false);
         token.single_word = value.value("single_word", false);
       } catch (const std::exception& e) {
-        fail(path.string(), ": added_tokens_decoder[\"", key, "\"]: ", e.what());
+        fail(path.string(), ": added_tokens_decoder[\"", excerpt(key), "\"]: ", excerpt(e.what()));
       }
       config.added_tokens.push_back(std::move(token));
     }

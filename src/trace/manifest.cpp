@@ -5,16 +5,39 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <sstream>
+#include <type_traits>
 
 #include <openssl/evp.h>
 
 #include "core/error.h"
 #include "trace/stages.h"
+#include "core/untrusted.h"
 
 namespace journey {
 namespace {
 
 using nlohmann::json;
+
+// An integer of type I from a JSON value: get<int>() of 1e20 is undefined behaviour, of 2^40 a
+// silent truncation, so the value is checked first (fuzz/crashes/trace/version-1e20.txt).
+template <typename I>
+I checked_integer(const json& v, const char* key, const std::string& where, const std::string& context) {
+  const bool fits = v.is_number_integer() &&
+                    (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<I>::max())
+                                            : v.get<int64_t>() >= int64_t(std::numeric_limits<I>::min()) &&
+                                                  v.get<int64_t>() <= int64_t(std::numeric_limits<I>::max()));
+  if (!fits)
+    fail(where, ": field \"", key, "\" of ", context, " must hold integers that fit in ", sizeof(I) * 8, " bits, found ",
+         v.type_name(), " ", excerpt_json(v));
+  return v.get<I>();
+}
+
+template <typename T>
+struct is_integer_vector : std::false_type {};
+template <typename I>
+struct is_integer_vector<std::vector<I>> : std::is_integral<I> {};
 
 // Reading a field with a message that names the file, the field and what was found.
 template <typename T>
@@ -22,10 +45,19 @@ T field(const json& object, const char* key, const std::string& where, const std
   if (!object.is_object()) fail(where, ": ", context, " is not a JSON object");
   auto it = object.find(key);
   if (it == object.end()) fail(where, ": ", context, " has no field \"", key, "\"");
-  try {
-    return it->get<T>();
-  } catch (const json::exception& e) {
-    fail(where, ": field \"", key, "\" of ", context, " has the wrong type (", it->type_name(), "): ", e.what());
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return checked_integer<T>(*it, key, where, context);
+  } else if constexpr (is_integer_vector<T>::value) {
+    if (!it->is_array()) fail(where, ": field \"", key, "\" of ", context, " must be a list of integers, found ", it->type_name());
+    T out;
+    for (const json& item : *it) out.push_back(checked_integer<typename T::value_type>(item, key, where, context));
+    return out;
+  } else {
+    try {
+      return it->get<T>();
+    } catch (const json::exception& e) {
+      fail(where, ": field \"", key, "\" of ", context, " has the wrong type (", it->type_name(), "): ", e.what());
+    }
   }
 }
 
@@ -247,13 +279,10 @@ void write_manifest(const std::filesystem::path& path, const Manifest& manifest)
 Manifest read_manifest(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) fail("cannot open ", path.string(), " (a dump directory holds manifest.json)");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::parse_error& e) {
-    fail(path.string(), ": not valid JSON: ", e.what());
-  }
-  return manifest_from_json(j, path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  // Depth checked before parsing: copying a 20k-deep "config" overflowed the stack (fuzz/crashes/trace).
+  return manifest_from_json(parse_untrusted_json(text.str(), path.string()), path.string());
 }
 
 std::string model_fingerprint(const std::filesystem::path& model_path) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/untrusted.h"
 
 namespace journey {
 namespace {
@@ -89,8 +90,9 @@ std::vector<int64_t> parse_shape(const std::string& tuple, const std::filesystem
     if (b == std::string::npos) continue;  // trailing comma of "(5,)"
     size_t e = item.find_last_not_of(" L");  // Python 2 wrote long integers as 5L
     std::string digits = item.substr(b, e - b + 1);
-    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
-      fail(path.string(), ": .npy header: bad dimension '", digits, "' in shape ", tuple);
+    // At most 18 digits: std::stoll cannot overflow (a longer dimension could not fit a file anyway).
+    if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos)
+      fail(path.string(), ": .npy header: bad dimension '", excerpt(digits), "' in shape ", excerpt(tuple));
     shape.push_back(std::stoll(digits));
   }
   return shape;
@@ -143,6 +145,13 @@ NpyArray read_npy(const std::filesystem::path& path) {
   const std::string tuple = dict_value(dict, "shape", path);
   if (tuple.empty() || tuple.front() != '(') fail(path.string(), ": .npy header shape is not a tuple: ", tuple);
   array.shape = parse_shape(tuple, path);
+  // The element count, checked as it is multiplied: (2^32, 2^32) wrapped to 0 elements and was
+  // accepted with no data (fuzz/crashes/trace). No shape can need more elements than the file has bytes.
+  uint64_t elements = 1;
+  for (int64_t d : array.shape)
+    if (__builtin_mul_overflow(elements, uint64_t(d), &elements) || elements > bytes.size())
+      fail(path.string(), ": shape ", shape_string(array.shape), " needs more data than the whole file (",
+           bytes.size(), " bytes)");
 
   const size_t data_start = header_start + header_len;
   const size_t expected = static_cast<size_t>(array.numel()) * 4;
