@@ -5,6 +5,10 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "quant/blocks.h"
 
 #include "backends/op_check.h"
 #include "cpu/cpu_backend.h"
@@ -24,8 +28,13 @@ TEST_CASE("op test: every op of the fast CPU backend matches the reference (1, 2
   for (int threads : {1, 2, 3}) {
     CAPTURE(threads);
     CpuOpsUnderTest cpu(CpuOps{}, threads);
-    const std::vector<OpFailure> failures = check_ops(cpu);
+    std::map<DType, double> worst;
+    const std::vector<OpFailure> failures = check_ops(cpu, &worst);
     CHECK_MESSAGE(failures.empty(), describe(failures));
+    std::ostringstream figures;  // the measured errors behind the tolerances (docs/quantization.md)
+    for (const auto& [type, error] : worst)
+      figures << " " << dtype_name(type) << " " << error << " (< " << weight_tolerance(type) << ")";
+    MESSAGE("largest product error per type:" << figures.str());
   }
 }
 
@@ -49,6 +58,18 @@ void kv_write_one_block_off(cpu::KvPool k_pool, cpu::KvPool v_pool, const float*
   std::vector<int32_t> shifted(block_table, block_table + (start + T + block_size - 1) / block_size);
   for (int32_t& b : shifted) b = b > 0 ? b - 1 : b;  // an off-by-one in the slot mapping
   cpu::kv_cache_write(k_pool, v_pool, k, v, shifted.data(), T, start, block_size, KVH, D);
+}
+
+// A kernel that forgets the group minimums of Q4_K (w = d sc q - dmin m, the "- dmin m" lost): the
+// blocks are copied with dmin = 0 and multiplied as stored.
+void linear_q4_k_without_minimums(float* y, const float* x, cpu::WeightView weight, const float* bias, int64_t T,
+                                  int64_t in, int64_t out, int threads) {
+  if (weight.type != DType::Q4_K) return cpu::linear(y, x, weight, bias, T, in, out, threads);
+  const size_t bytes = size_t(dtype_bytes_for(DType::Q4_K, in * out));
+  std::vector<quant::block_q4_k> blocks(bytes / sizeof(quant::block_q4_k));
+  std::memcpy(blocks.data(), weight.data, bytes);
+  for (quant::block_q4_k& b : blocks) b.dmin = 0;
+  cpu::linear(y, x, cpu::WeightView{blocks.data(), DType::Q4_K}, bias, T, in, out, threads);
 }
 
 std::vector<std::string> ops_named(const std::vector<OpFailure>& failures) {
@@ -77,6 +98,15 @@ TEST_CASE("op test: a bug planted in one fast op fails the test and names that o
     // the unwritten row is NaN-poisoned, so the failure says NMSE nan, not a small error
     REQUIRE_FALSE(failures.empty());
     CHECK(failures.front().what.find("nan") != std::string::npos);
+  }
+  {
+    CpuOps planted;
+    planted.linear = linear_q4_k_without_minimums;
+    CpuOpsUnderTest cpu(planted, 2);
+    const std::vector<OpFailure> failures = check_ops(cpu);
+    CHECK(ops_named(failures) == std::vector<std::string>{"linear"});
+    // found on Q4_K weights, and only there
+    for (const OpFailure& f : failures) CHECK(f.where.find("q4_K") != std::string::npos);
   }
   {
     CpuOps planted;
