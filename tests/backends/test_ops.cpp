@@ -5,10 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <sstream>
 
-#include "quant/blocks.h"
+#include "backends/planted.h"
 
 #include "backends/op_check.h"
 #include "cpu/cpu_backend.h"
@@ -60,18 +59,6 @@ void kv_write_one_block_off(cpu::KvPool k_pool, cpu::KvPool v_pool, const float*
   cpu::kv_cache_write(k_pool, v_pool, k, v, shifted.data(), T, start, block_size, KVH, D);
 }
 
-// A kernel that forgets the group minimums of Q4_K (w = d sc q - dmin m, the "- dmin m" lost): the
-// blocks are copied with dmin = 0 and multiplied as stored.
-void linear_q4_k_without_minimums(float* y, const float* x, cpu::WeightView weight, const float* bias, int64_t T,
-                                  int64_t in, int64_t out, int threads) {
-  if (weight.type != DType::Q4_K) return cpu::linear(y, x, weight, bias, T, in, out, threads);
-  const size_t bytes = size_t(dtype_bytes_for(DType::Q4_K, in * out));
-  std::vector<quant::block_q4_k> blocks(bytes / sizeof(quant::block_q4_k));
-  std::memcpy(blocks.data(), weight.data, bytes);
-  for (quant::block_q4_k& b : blocks) b.dmin = 0;
-  cpu::linear(y, x, cpu::WeightView{blocks.data(), DType::Q4_K}, bias, T, in, out, threads);
-}
-
 std::vector<std::string> ops_named(const std::vector<OpFailure>& failures) {
   std::vector<std::string> ops;
   for (const OpFailure& f : failures)
@@ -101,7 +88,7 @@ TEST_CASE("op test: a bug planted in one fast op fails the test and names that o
   }
   {
     CpuOps planted;
-    planted.linear = linear_q4_k_without_minimums;
+    planted.linear = planted::linear_q4_k_without_minimums;
     CpuOpsUnderTest cpu(planted, 2);
     const std::vector<OpFailure> failures = check_ops(cpu);
     CHECK(ops_named(failures) == std::vector<std::string>{"linear"});
