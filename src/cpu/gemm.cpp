@@ -2,18 +2,31 @@
 // every binary, each built with its own instruction-set flags, and the CPU picks one here.
 #include "cpu/gemm.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "core/error.h"
 
 namespace journey::cpu {
 
 namespace kernels {
 // Each kernels_ISA.cpp defines its table (kernels_impl.inc) in its own namespace.
-namespace generic { const KernelTable& kernel_table(); }
+namespace generic {
+const KernelTable& kernel_table();
+double peak_loop(int kind, int64_t iterations, float* sink);
+}  // namespace generic
 #if defined(__x86_64__) || defined(__i386__)
 #define JOURNEY_KERNELS_X86 1
-namespace avx2 { const KernelTable& kernel_table(); }
-namespace avx512 { const KernelTable& kernel_table(); }
+namespace avx2 {
+const KernelTable& kernel_table();
+double peak_loop(int kind, int64_t iterations, float* sink);
+}  // namespace avx2
+namespace avx512 {
+const KernelTable& kernel_table();
+double peak_loop(int kind, int64_t iterations, float* sink);
+}  // namespace avx512
 namespace avx512bf16 {
+double peak_loop(int kind, int64_t iterations, float* sink);
 void to_bf16(const float* x, uint16_t* out, int64_t n);
 size_t bf16_rows_scratch_bytes();
 void bf16_rows(DType type, float* y, const uint16_t* x, const void* weight, size_t row_bytes, const float* bias,
@@ -64,6 +77,35 @@ const KernelTable& table(Isa isa) {
   if (isa == Isa::Avx2) return avx2::kernel_table();
 #endif
   return generic::kernel_table();
+}
+
+double peak_rate(PeakKind kind, double seconds) {
+  using Clock = std::chrono::steady_clock;
+  auto loop = [&](int64_t iterations, float* sink) -> double {
+    const int k = int(kind);
+#ifdef JOURNEY_KERNELS_X86
+    if (kind == PeakKind::Bf16Dot) return has_bf16_dot() ? avx512bf16::peak_loop(k, iterations, sink) : 0;
+    if (kind == PeakKind::Int8Dot) return supports(Isa::Avx512) ? avx512::peak_loop(k, iterations, sink) : 0;
+    if (best_isa() == Isa::Avx512) return avx512::peak_loop(k, iterations, sink);
+    if (best_isa() == Isa::Avx2) return avx2::peak_loop(k, iterations, sink);
+#endif
+    return kind == PeakKind::F32Fma ? generic::peak_loop(k, iterations, sink) : 0;
+  };
+  float sink = 0;
+  double best = 0;
+  int64_t iterations = 1 << 16;
+  for (double elapsed = 0; elapsed < seconds;) {  // grow the loop until one pass takes ~1/4 of the time
+    const auto t0 = Clock::now();
+    const double ops = loop(iterations, &sink);
+    const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (ops == 0) return 0;
+    elapsed += t;
+    best = std::max(best, ops / t);
+    if (t < seconds / 4) iterations *= 2;
+  }
+  volatile float keep = sink;  // the loops' results are used
+  (void)keep;
+  return best;
 }
 
 int unpacked_zero(DType type) {

@@ -69,6 +69,13 @@ struct KernelTable {
 
 const KernelTable& table(Isa isa);  // falls back to the best supported Isa
 
+// The instructions behind the products, for journey bench's ceilings.
+enum class PeakKind { F32Fma, Int8Dot, Bf16Dot };
+// Operations (2 per multiply-add) one thread does per second in a register-resident loop of the
+// instruction (f32 FMA of the best Isa, AVX512-VNNI vpdpbusd, AVX512-BF16 vdpbf16ps), measured for
+// about `seconds`; 0 when the CPU lacks it.
+double peak_rate(PeakKind kind, double seconds = 0.2);
+
 // ---- AVX512-BF16 (only when has_bf16_dot()) ---------------------------------------------------
 
 // out[i] = x[i] rounded to bf16 (nearest even).
