@@ -65,6 +65,10 @@ struct KernelTable {
   // gemm.h.
   void (*float_rows)(DType type, float* y, const float* x, const void* weight, const float* bias, int64_t T,
                      int64_t in, int64_t out, int64_t row_begin, int64_t row_end);
+  // The dot product of one stored legacy-type row (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) with one quantized
+  // activation row, the blocks widened in registers (decode: no unpacked copy to write and read
+  // back); NaN for other types. nullptr on instruction sets without it (AVX512-VNNI only).
+  float (*dot_row)(DType type, const void* row, const QuantizedActivations& x, int64_t n);
 };
 
 const KernelTable& table(Isa isa);  // falls back to the best supported Isa

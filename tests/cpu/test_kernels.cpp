@@ -64,7 +64,7 @@ TEST_CASE("kernels: every block type unpacks to the reference dequantizer's valu
   }
 }
 
-TEST_CASE("kernels: the integer dot product equals the double-precision dot of the dequantized values") {
+TEST_CASE("kernels: the integer dot products (unpacked, and fused for decode) equal the double-precision dot of the dequantized values") {
   for (int64_t n : {32, 256, 768, 4352}) {
     const auto w_values = scalar::random_vector(size_t(n), 7, 0.5f);
     const auto x_values = scalar::random_vector(size_t(n), 8, 2.0f);
@@ -91,6 +91,10 @@ TEST_CASE("kernels: the integer dot product equals the double-precision dot of t
         const float got = k.dot(q.data(), s.data(), o.data(), cpu::kernels::unpacked_zero(type),
                                 cpu::kernels::unpacked_has_offset(type), x, n);
         CHECK(std::abs(got - want) <= 1e-5 * magnitude);
+        if (k.dot_row && dtype_block_size(type) == 32) {  // the fused decode path of the legacy types
+          const float fused = k.dot_row(type, bytes.data(), x, n);
+          CHECK(std::abs(fused - want) <= 1e-5 * magnitude);
+        }
       }
     }
   }
