@@ -40,6 +40,11 @@ struct BenchResult {
   double decode_bytes_per_token = 0;  // weight bytes read per decoded token (f32 as computed)
   double prefill_flops = 0;           // floating-point operations of one prefill
   Spread prefill_tok_s, decode_tok_s;
+  // The same rates per CPU-second of this process x threads: what the run would reach if its
+  // threads had their cores to themselves (on a machine shared with other jobs the wall-clock rate
+  // also counts the time the threads waited for a core; with OMP_WAIT_POLICY=passive a waiting
+  // thread uses no CPU, so this counts the work alone).
+  Spread prefill_cpu_tok_s, decode_cpu_tok_s;
   // The read bandwidth is probed right after each run's decode, so each run's decode rate has a
   // ceiling measured under the same conditions (a shared machine's bandwidth drifts between runs).
   Spread bandwidth_runs_gb_s;         // the per-run probes

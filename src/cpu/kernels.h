@@ -65,13 +65,19 @@ struct KernelTable {
   // gemm.h.
   void (*float_rows)(DType type, float* y, const float* x, const void* weight, const float* bias, int64_t T,
                      int64_t in, int64_t out, int64_t row_begin, int64_t row_end);
-  // The dot product of one stored legacy-type row (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) with one quantized
-  // activation row, the blocks widened in registers (decode: no unpacked copy to write and read
-  // back); NaN for other types. nullptr on instruction sets without it (AVX512-VNNI only).
+  // The dot product of one stored row of a type has_fused_dot() lists with one quantized activation
+  // row, the blocks widened in registers (decode: no unpacked copy to write and read back); NaN for
+  // other types. nullptr on instruction sets without it (AVX512-VNNI only).
   float (*dot_row)(DType type, const void* row, const QuantizedActivations& x, int64_t n);
 };
 
 const KernelTable& table(Isa isa);  // falls back to the best supported Isa
+
+// The types KernelTable::dot_row multiplies: the legacy types, Q4_K and Q6_K (Q4_K_M's two).
+inline bool has_fused_dot(DType type) {
+  return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 ||
+         type == DType::Q5_1 || type == DType::Q4_K || type == DType::Q6_K;
+}
 
 // The instructions behind the products, for journey bench's ceilings.
 enum class PeakKind { F32Fma, Int8Dot, Bf16Dot };

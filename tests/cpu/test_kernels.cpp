@@ -91,7 +91,7 @@ TEST_CASE("kernels: the integer dot products (unpacked, and fused for decode) eq
         const float got = k.dot(q.data(), s.data(), o.data(), cpu::kernels::unpacked_zero(type),
                                 cpu::kernels::unpacked_has_offset(type), x, n);
         CHECK(std::abs(got - want) <= 1e-5 * magnitude);
-        if (k.dot_row && dtype_block_size(type) == 32) {  // the fused decode path of the legacy types
+        if (k.dot_row && cpu::kernels::has_fused_dot(type)) {  // the fused decode path
           const float fused = k.dot_row(type, bytes.data(), x, n);
           CHECK(std::abs(fused - want) <= 1e-5 * magnitude);
         }
