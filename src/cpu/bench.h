@@ -51,6 +51,7 @@ struct BenchResult {
   Spread decode_fraction;             // per run: decode tok/s / (that run's bandwidth / bytes per token)
   double bandwidth_gb_s = 0;          // median of the per-run probes: threaded streaming read
   double gemm_gflop_s = 0;            // measured Eigen FP32 GEMM of the prefill's shape
+  double gemm_cpu_gflop_s = 0;        // the same per CPU-second x threads (see prefill_cpu_tok_s)
   // The dot-product instructions' own rates on `threads` threads (register-resident loops, no
   // memory): f32 FMA, AVX512-BF16 vdpbf16ps and AVX512-VNNI vpdpbusd (0 where the CPU lacks them);
   // 2 operations per multiply-add.
@@ -65,6 +66,10 @@ struct BenchResult {
   }
   double decode_ceiling_tok_s() const { return bandwidth_gb_s * 1e9 / decode_bytes_per_token; }
   double prefill_ceiling_tok_s() const { return prefill_gemm_gflop_s() * 1e9 / (prefill_flops / prompt_tokens); }
+  // The prefill ceiling per CPU-second x threads (Eigen's GEMM timed by CPU time, same scaling).
+  double prefill_cpu_ceiling_tok_s() const {
+    return prefill_ceiling_tok_s() * (gemm_gflop_s > 0 ? gemm_cpu_gflop_s / gemm_gflop_s : 0.0);
+  }
   double load_average = -1;           // 1-minute load average when the run started
   // This process's resident memory (bytes, /proc/self/status): after loading (before the KV cache),
   // and the peak (VmHWM) at the end, KV cache and buffers included; -1 where unknown.
@@ -93,8 +98,9 @@ class ReadBandwidthProbe {
   int threads_;
   std::shared_ptr<Buffer> buffer_;
 };
-// Eigen's own multi-threaded FP32 GEMM of [M, K] x [K, N]; GFLOP/s (best of a few repetitions).
-double measure_gemm_gflops(int threads, int64_t M, int64_t K, int64_t N);
+// Eigen's own multi-threaded FP32 GEMM of [M, K] x [K, N]; GFLOP/s (best of a few repetitions);
+// per_cpu_second (optional): the same per CPU-second of this process x threads.
+double measure_gemm_gflops(int threads, int64_t M, int64_t K, int64_t N, double* per_cpu_second = nullptr);
 
 // Runs prefill (prompt_tokens random tokens) then greedy decode (gen_tokens steps), `runs` times.
 BenchResult run_bench(Backend& backend, const BenchOptions& options);
