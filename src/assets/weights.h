@@ -52,6 +52,9 @@ class WeightStore {
   const TensorRef& get(const std::string& name) const;  // throws "missing tensor NAME" with the source
   const std::map<std::string, TensorRef>& all() const { return tensors_; }
   size_t total_bytes() const;
+  // The owners of the tensors' bytes (file mappings, owned buffers): a backend that uses tensors
+  // in place holds these so that the store may be released.
+  const std::vector<std::shared_ptr<const void>>& owners() const { return keep_alive_; }
 
  private:
   std::map<std::string, TensorRef> tensors_;

@@ -1,6 +1,11 @@
 // `--device reference|cpu|cuda`: the one place the CLI commands turn a device name into a Backend,
 // so every command (generate, chat, bench, trace, serve) says the same thing when CUDA is missing.
+// Also the fast CPU backend's loading flags (--kv-cache-dtype, --no-mmap), the progress line while
+// the weights come into memory, and what loading cost (time, resident memory).
 #pragma once
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -9,12 +14,36 @@
 
 namespace journey::cli {
 
+struct BackendFlags {
+  int threads = 0;                    // the fast CPU backend's threads; 0 = all cores
+  std::string kv_cache_dtype = "f32"; // f32 | f16 | bf16 | q8_0 (the fast CPU backend only)
+  bool no_mmap = false;               // copy the weights into memory instead of using the file's mapping
+};
+
+// --kv-cache-dtype and --no-mmap on a subcommand (threads stay the command's own flag).
+void add_backend_flags(CLI::App* cmd, BackendFlags& flags);
+
+// What loading cost, for the load line and the summary lines.
+struct LoadInfo {
+  double seconds = 0;            // from load_model to a ready backend
+  int64_t resident_bytes = -1;   // this process's resident memory right after (VmRSS)
+  int64_t file_bytes = 0;        // the model's weight files
+  int64_t in_place_bytes = 0;    // weights used in place in the mapping (cpu)
+  int64_t copied_bytes = 0;      // weights copied (cpu)
+};
+// "loaded in 3.2 s: 2.20 GB of weights used in place, 0.01 GB copied; resident 2.25 GB".
+std::string load_line(const LoadInfo& info);
+
 // device: "reference" (the literal path: one thread, f32; what the chapters run), "cpu" (the fast
 // CPU backend with `threads` threads, 0 = all cores; the default of every command), "cuda" (bf16
 // weights on GPU 0), or "cuda:bf16" / "cuda:f16" / "cuda:f32" to choose the weight type. Throws
 // journey::Error: "journey was built without CUDA (JOURNEY_CUDA=OFF)" or "no CUDA device visible"
 // for cuda when it cannot run, and names the device for anything else.
 std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::string& device, int threads);
+// The same with the loading flags; on a terminal, a progress line while the weights' pages come in
+// (when that takes over a second). `info` (optional) gets the backend's part of the load.
+std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::string& device, const BackendFlags& flags,
+                                      LoadInfo* info = nullptr);
 
 // The help text of the flag, listing what this build supports.
 const char* device_flag_help();

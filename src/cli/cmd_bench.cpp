@@ -19,6 +19,7 @@ void register_bench(CLI::App& app) {
     std::string model;
     std::string device = "cpu";
     BenchOptions options;
+    BackendFlags backend;
     bool json = false;
   };
   auto args = std::make_shared<Args>();
@@ -29,18 +30,30 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--runs", args->options.runs, "repetitions; the median and range are reported")->default_val(3);
   cmd->add_option("--device", args->device, device_flag_help())->capture_default_str();
   cmd->add_flag("--json", args->json, "print JSON instead of a table");
+  add_backend_flags(cmd, args->backend);
   cmd->callback([args] {
     const std::string path = args->model.empty() ? default_model_path() : args->model;
     auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<Backend> backend;
+    LoadInfo load;
+    BenchOptions options = args->options;
+    std::string weight_types;
     {
-      LoadedModel model = load_model(path);  // released once the backend holds its f32 copy
-      backend = make_backend(model, args->device, args->options.threads);
+      LoadedModel model = load_model(path);  // released once the backend holds what it needs (the mapping)
+      load.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      BackendFlags flags = args->backend;
+      flags.threads = args->options.threads;
+      backend = make_backend(model, args->device, flags, &load);
+      options.weight_bytes_per_token = decode_bytes_per_token(model.config, model.weights);
+      options.prefill_path = args->device == "cpu" ? prefill_path(model.weights) : "f32";
+      weight_types = weight_type_summary(model.weights);
     }
-    const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    BenchResult result = run_bench(*backend, args->options);
+    BenchResult result = run_bench(*backend, options);
     result.model = path;
-    result.load_seconds = load_seconds;
+    result.load_seconds = load.seconds;
+    result.resident_after_load = load.resident_bytes;
+    result.model_file_bytes = load.file_bytes;
+    result.weight_types = weight_types;
     if (args->json)
       std::cout << bench_json(result).dump(2) << "\n";
     else

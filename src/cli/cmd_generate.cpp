@@ -50,7 +50,7 @@ void run_generate(const GenerateArgs& args) {
   GenerationResult result = generate(*session.backend, *session.tokenizer, request, stream_to_stdout());
   std::fputs("\n", stdout);
   std::fflush(stdout);
-  print_summary(result, request.sampling);
+  print_summary(result, request.sampling, &session.load);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 //                 [--block-size 16] [--kv-cache-memory BYTES | --num-kv-blocks N]
 //                 [--rate-limit N] [--threads N] [--trace-dir DIR]
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +29,7 @@ namespace {
 struct ServeArgs {
   std::string model;
   int threads = 0;
+  BackendFlags backend;  // --kv-cache-dtype, --no-mmap
   std::string device = "cpu";
   server::ServerOptions server;
   EngineConfig engine;
@@ -75,7 +77,12 @@ void run_serve(ServeArgs args) {
       std::max<int64_t>(args.server.http_threads, args.engine.scheduler.max_num_seqs + 16));
   server::run_server(args.server, [args](server::ServingParts& parts) {
     server::load_serving_parts(parts, args.model, args.engine, [&args](const LoadedModel& model) {
-      return make_backend(model, args.device, args.threads);
+      BackendFlags flags = args.backend;
+      flags.threads = args.threads;
+      LoadInfo load;
+      auto backend = make_backend(model, args.device, flags, &load);
+      std::fprintf(stderr, "journey serve: %s; KV cache in %s\n", load_line(load).c_str(), flags.kv_cache_dtype.c_str());
+      return backend;
     });
   });
 }
@@ -101,6 +108,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-body-bytes", args->server.max_body_bytes, "largest request body accepted");
   cmd->add_option("--threads", args->threads, "CPU threads for the model (0 = all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", args->device, device_flag_help())->capture_default_str();
+  add_backend_flags(cmd, args->backend);
   cmd->add_option("--trace-dir", args->server.trace_dir,
                   "requests with \"journey_trace\": true write a trace dump to DIR/<request id>/ (default: off)");
   cmd->callback([args] { run_serve(*args); });

@@ -8,6 +8,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -38,6 +39,7 @@ struct GenerationFlags {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   std::string system;
+  BackendFlags backend;  // --kv-cache-dtype, --no-mmap (threads: the field above)
 
   // Filled by add_generation_flags: to tell "given on the command line" from "default".
   CLI::Option* temperature_opt = nullptr;
@@ -64,6 +66,7 @@ inline void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
   cmd->add_option("--seed", f.seed, "random seed (default: a fresh one, printed in the summary)");
   cmd->add_option("--stop", f.stop, "stop string (repeatable)")->allow_extra_args(false);
   cmd->add_option("--system", f.system, "system message for the chat template");
+  add_backend_flags(cmd, f.backend);
 }
 
 // CLI defaults < the model's generation_config.json < flags given on the command line.
@@ -92,13 +95,18 @@ struct ModelSession {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Backend> backend;
   StopRules stop;
+  LoadInfo load;  // what loading the model and building the backend cost
 };
 
 inline ModelSession open_model(const GenerationFlags& f) {
   ModelSession s;
+  const auto t0 = std::chrono::steady_clock::now();
   s.model = load_model(f.model);
+  s.load.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.tokenizer = load_tokenizer(f.tokenizer.empty() ? s.model.path : std::filesystem::path(f.tokenizer));
-  s.backend = make_backend(s.model, f.device, f.threads);
+  BackendFlags backend_flags = f.backend;
+  backend_flags.threads = f.threads;
+  s.backend = make_backend(s.model, f.device, backend_flags, &s.load);
   s.stop.eos_ids = collect_eos_ids(s.model.generation, s.model.config, *s.tokenizer);
   s.stop.stop_strings = f.stop;
   s.stop.max_tokens = f.max_tokens;
@@ -106,8 +114,8 @@ inline ModelSession open_model(const GenerationFlags& f) {
   return s;
 }
 
-// The one-line summary on stderr, after the text.
-inline void print_summary(const GenerationResult& r, const SamplingParams& params) {
+// The one-line summary on stderr, after the text (with the load's time and resident memory when given).
+inline void print_summary(const GenerationResult& r, const SamplingParams& params, const LoadInfo* load = nullptr) {
   std::fflush(stdout);  // the text (and its final newline) first, then the summary
   std::fprintf(stderr,
                "[%lld prompt tokens, %lld generated, time to first token %.3f s, prefill %.1f tok/s, "
@@ -117,6 +125,8 @@ inline void print_summary(const GenerationResult& r, const SamplingParams& param
                finish_reason_name(r.finish_reason));
   if (r.stop_string) std::fprintf(stderr, " (stop string \"%s\")", r.stop_string->c_str());
   if (!params.greedy()) std::fprintf(stderr, ", seed %llu", static_cast<unsigned long long>(r.seed));
+  if (load)
+    std::fprintf(stderr, ", load %.1f s, resident %.2f GB", load->seconds, double(load->resident_bytes) / 1e9);
   std::fprintf(stderr, "]\n");
 }
 

@@ -5,15 +5,20 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <random>
 #include <sstream>
 #include <vector>
 
 #include "core/error.h"
-#include "cpu/huge_pages.h"
+#include "core/model_weights.h"
 #include "core/threads.h"
+#include "cpu/huge_pages.h"
+#include "cpu/kernels.h"
+#include "cpu/process_memory.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -25,6 +30,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 Spread spread(std::vector<double> values) {
   std::sort(values.begin(), values.end());
@@ -103,18 +114,32 @@ double ReadBandwidthProbe::measure(int passes) {
   return best;
 }
 
-double measure_gemm_gflops(int threads, int64_t M, int64_t K, int64_t N) {
+namespace {
+// peak_rate on every thread at once (each its own register loop), summed.
+double peak_on_threads(cpu::kernels::PeakKind kind, int threads) {
+  double total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+  total += cpu::kernels::peak_rate(kind);
+  return total;
+}
+}  // namespace
+
+double measure_gemm_gflops(int threads, int64_t M, int64_t K, int64_t N, double* per_cpu_second) {
   threads = resolve_threads(threads);
   Eigen::MatrixXf a = Eigen::MatrixXf::Random(M, K), b = Eigen::MatrixXf::Random(K, N), c(M, N);
   const int previous = Eigen::nbThreads();
   Eigen::setNbThreads(threads);
-  double best = 0;
+  double best = 0, best_cpu = 0;
+  const double flops = 2.0 * double(M) * double(K) * double(N);
   for (int rep = 0; rep < 4; ++rep) {
     auto t0 = Clock::now();
+    const double cpu0 = process_cpu_seconds();
     c.noalias() = a * b;
-    best = std::max(best, 2.0 * double(M) * double(K) * double(N) / seconds_since(t0) / 1e9);
+    best = std::max(best, flops / seconds_since(t0) / 1e9);
+    best_cpu = std::max(best_cpu, flops / (process_cpu_seconds() - cpu0) * threads / 1e9);
   }
   Eigen::setNbThreads(previous);
+  if (per_cpu_second) *per_cpu_second = best_cpu;
   return best;
 }
 
@@ -140,7 +165,10 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
   const double layer_vectors = 2 * E + (c.attention_bias ? H * D + 2 * KVH * D : 0) + (c.qk_norm ? 2 * D : 0);
   const double T = options.prompt_tokens;
   // f32 as computed; the embedding table is not read (one row per token) unless it is the LM head
-  r.decode_bytes_per_token = 4.0 * (L * (layer_params + layer_vectors) + E + V * E);
+  r.decode_bytes_per_token = options.weight_bytes_per_token > 0
+                                 ? options.weight_bytes_per_token
+                                 : 4.0 * (L * (layer_params + layer_vectors) + E + V * E);
+  r.prefill_path = options.prefill_path;
   r.prefill_flops = 2.0 * L * layer_params * T + 2.0 * 2.0 * L * H * D * T * (T + 1) / 2 + 2.0 * V * E;
 
   std::mt19937 rng(1234);
@@ -161,17 +189,20 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
   std::unique_ptr<ReadBandwidthProbe> probe;
   if (options.measure_ceilings) probe = std::make_unique<ReadBandwidthProbe>(r.threads, options.probe_bytes);
 
-  std::vector<double> prefill_rates, decode_rates, bandwidths, fractions;
+  std::vector<double> prefill_rates, decode_rates, bandwidths, fractions, prefill_cpu_rates, decode_cpu_rates;
   for (int run = 0; run < options.runs; ++run) {
     ForwardBatch batch;
     batch.sequences.push_back({0, prompt, 0, table, false});
     auto t0 = Clock::now();
+    double cpu0 = process_cpu_seconds();
     ForwardOutput out = backend.forward(batch);
     prefill_rates.push_back(T / seconds_since(t0));
+    prefill_cpu_rates.push_back(T / (process_cpu_seconds() - cpu0) * r.threads);
 
     const float* last = out.last_row(0);
     int32_t next = int32_t(std::max_element(last, last + c.vocab_size) - last);
     t0 = Clock::now();
+    cpu0 = process_cpu_seconds();
     for (int g = 0; g < options.gen_tokens; ++g) {
       ForwardBatch step;
       step.sequences.push_back({0, {next}, options.prompt_tokens + g, table, false});
@@ -180,6 +211,7 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
       next = int32_t(std::max_element(last, last + c.vocab_size) - last);
     }
     decode_rates.push_back(options.gen_tokens / seconds_since(t0));
+    decode_cpu_rates.push_back(options.gen_tokens / (process_cpu_seconds() - cpu0) * r.threads);
     if (probe) {
       bandwidths.push_back(probe->measure());
       fractions.push_back(decode_rates.back() / (bandwidths.back() * 1e9 / r.decode_bytes_per_token));
@@ -187,25 +219,64 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
   }
   r.prefill_tok_s = spread(prefill_rates);
   r.decode_tok_s = spread(decode_rates);
+  r.prefill_cpu_tok_s = spread(prefill_cpu_rates);
+  r.decode_cpu_tok_s = spread(decode_cpu_rates);
 
   if (options.measure_ceilings) {
     r.bandwidth_runs_gb_s = spread(bandwidths);
     r.decode_fraction = spread(fractions);
     r.bandwidth_gb_s = r.bandwidth_runs_gb_s.median;
-    r.gemm_gflop_s = measure_gemm_gflops(r.threads, options.prompt_tokens, c.hidden_size, c.intermediate_size);
+    r.gemm_gflop_s = measure_gemm_gflops(r.threads, options.prompt_tokens, c.hidden_size, c.intermediate_size,
+                                         &r.gemm_cpu_gflop_s);
+    r.f32_fma_gflop_s = peak_on_threads(cpu::kernels::PeakKind::F32Fma, r.threads) / 1e9;
+    r.bf16_dot_gflop_s = peak_on_threads(cpu::kernels::PeakKind::Bf16Dot, r.threads) / 1e9;
+    r.int8_dot_gop_s = peak_on_threads(cpu::kernels::PeakKind::Int8Dot, r.threads) / 1e9;
   }
+  r.resident_peak = process_memory().resident_peak;
   return r;
 }
 
+double decode_bytes_per_token(const ModelConfig& config, const WeightStore& weights) {
+  const std::string embedding = weight_spec(config, WeightRole::token_embedding).name;
+  const bool tied = config.tie_word_embeddings && !weights.has(weight_spec(config, WeightRole::lm_head).name);
+  double bytes = 0;
+  for (const WeightSpec& spec : model_weights(config)) {
+    if (!weights.has(spec.name) || (spec.name == embedding && !tied)) continue;
+    const TensorRef& t = weights.get(spec.name);
+    bytes += spec.is_matrix() ? double(t.nbytes) : 4.0 * double(t.numel());  // vectors are kept in f32
+  }
+  return bytes;
+}
+
+std::string weight_type_summary(const WeightStore& weights) {
+  std::map<std::string, int> counts;
+  for (const auto& [name, t] : weights.all()) ++counts[std::string(dtype_name(t.dtype))];
+  std::string out;
+  for (const auto& [type, n] : counts) out += (out.empty() ? "" : ", ") + type + " x " + std::to_string(n);
+  return out;
+}
+
+std::string prefill_path(const WeightStore& weights) {
+  double reduced = 0, all = 0;  // matrix bytes in bf16 or block types, of all matrix bytes
+  for (const auto& [name, t] : weights.all()) {
+    if (t.shape.size() != 2) continue;
+    all += double(t.nbytes);
+    if (t.dtype == DType::BF16 || dtype_is_quantized(t.dtype)) reduced += double(t.nbytes);
+  }
+  return cpu::kernels::has_bf16_dot() && reduced > all / 2 ? "bf16" : "f32";
+}
+
 std::string format_bench_table(const BenchResult& r) {
-  char line[256];
+  char line[512];
   std::ostringstream out;
   auto row = [&](const char* name, const Spread& s, double ceiling, const char* ceiling_name) {
     std::snprintf(line, sizeof line, "%-8s %9.2f tok/s  (%.2f .. %.2f)   %5.1f%% of %-9s ceiling %.2f tok/s\n", name,
                   s.median, s.min, s.max, 100.0 * s.median / ceiling, ceiling_name, ceiling);
     out << line;
   };
+  const double gb = 1e9;
   out << "model    " << r.model << "\n";
+  if (!r.weight_types.empty()) out << "weights  " << r.weight_types << "\n";
   std::snprintf(line, sizeof line,
                 "setup    %d threads, %d prompt tokens, %d generated tokens, %d runs, load average %.2f at start\n",
                 r.threads, r.prompt_tokens, r.gen_tokens, r.runs, r.load_average);
@@ -215,14 +286,36 @@ std::string format_bench_table(const BenchResult& r) {
                 "(measured now)\n",
                 r.bandwidth_gb_s, r.bandwidth_runs_gb_s.min, r.bandwidth_runs_gb_s.max, r.gemm_gflop_s);
   out << line;
+  std::snprintf(line, sizeof line,
+                "         dot-product peaks: f32 FMA %.0f GFLOP/s, bf16 (vdpbf16ps) %.0f GFLOP/s, int8 (vpdpbusd) %.0f "
+                "GOP/s (0 = not on this CPU)\n",
+                r.f32_fma_gflop_s, r.bf16_dot_gflop_s, r.int8_dot_gop_s);
+  out << line;
   std::snprintf(line, sizeof line, "model    %.3g GB of weights read per decoded token, %.3g GFLOP per prefill\n",
-                r.decode_bytes_per_token / 1e9, r.prefill_flops / 1e9);
+                r.decode_bytes_per_token / gb, r.prefill_flops / gb);
+  out << line;
+  std::snprintf(line, sizeof line,
+                "prefill  compute path %s: ceiling %.1f GFLOP/s (%s)\n", r.prefill_path.c_str(), r.prefill_gemm_gflop_s(),
+                r.prefill_path == "bf16" ? "bf16 peak x Eigen GEMM / f32 FMA peak" : "Eigen's f32 GEMM");
   out << line;
   row("prefill", r.prefill_tok_s, r.prefill_ceiling_tok_s(), "GEMM");
   row("decode", r.decode_tok_s, r.decode_ceiling_tok_s(), "bandwidth");
   std::snprintf(line, sizeof line,
+                "per CPU-second x %d threads (the threads' own work, whatever else runs): prefill %.2f tok/s "
+                "(%.1f%% of the GEMM ceiling per CPU-second, %.1f tok/s), decode %.2f tok/s (%.1f%% of bandwidth)\n",
+                r.threads, r.prefill_cpu_tok_s.median, 100.0 * r.prefill_cpu_tok_s.median / r.prefill_cpu_ceiling_tok_s(),
+                r.prefill_cpu_ceiling_tok_s(), r.decode_cpu_tok_s.median,
+                100.0 * r.decode_cpu_tok_s.median / r.decode_ceiling_tok_s());
+  out << line;
+  std::snprintf(line, sizeof line,
                 "decode / bandwidth ceiling, each run against its own probe: %.1f%% (%.1f .. %.1f%%)\n",
                 100.0 * r.decode_fraction.median, 100.0 * r.decode_fraction.min, 100.0 * r.decode_fraction.max);
+  out << line;
+  std::snprintf(line, sizeof line,
+                "memory   load %.1f s; resident after load %.2f GB (model file %.2f GB), peak %.2f GB (KV cache, "
+                "buffers and the 2 GiB bandwidth probe included)\n",
+                r.load_seconds, double(r.resident_after_load) / gb, double(r.model_file_bytes) / gb,
+                double(r.resident_peak) / gb);
   out << line;
   return out.str();
 }
@@ -242,12 +335,25 @@ nlohmann::json bench_json(const BenchResult& r) {
           {"prefill_flops", r.prefill_flops},
           {"prefill_tok_s", spread_json(r.prefill_tok_s)},
           {"decode_tok_s", spread_json(r.decode_tok_s)},
+          {"prefill_tok_s_per_cpu_second_x_threads", spread_json(r.prefill_cpu_tok_s)},
+          {"decode_tok_s_per_cpu_second_x_threads", spread_json(r.decode_cpu_tok_s)},
           {"prefill_ceiling_tok_s", r.prefill_ceiling_tok_s()},
           {"decode_ceiling_tok_s", r.decode_ceiling_tok_s()},
           {"prefill_fraction_of_ceiling", r.prefill_tok_s.median / r.prefill_ceiling_tok_s()},
           {"decode_fraction_of_ceiling", r.decode_tok_s.median / r.decode_ceiling_tok_s()},
           {"read_bandwidth_runs_gb_s", spread_json(r.bandwidth_runs_gb_s)},
-          {"decode_fraction_of_ceiling_per_run", spread_json(r.decode_fraction)}};
+          {"decode_fraction_of_ceiling_per_run", spread_json(r.decode_fraction)},
+          {"f32_fma_gflop_s", r.f32_fma_gflop_s},
+          {"bf16_dot_gflop_s", r.bf16_dot_gflop_s},
+          {"int8_dot_gop_s", r.int8_dot_gop_s},
+          {"prefill_path", r.prefill_path},
+          {"prefill_gemm_ceiling_gflop_s", r.prefill_gemm_gflop_s()},
+          {"gemm_gflop_s_per_cpu_second_x_threads", r.gemm_cpu_gflop_s},
+          {"prefill_ceiling_tok_s_per_cpu_second_x_threads", r.prefill_cpu_ceiling_tok_s()},
+          {"weight_types", r.weight_types},
+          {"model_file_bytes", r.model_file_bytes},
+          {"resident_after_load_bytes", r.resident_after_load},
+          {"resident_peak_bytes", r.resident_peak}};
 }
 
 }  // namespace journey

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "assets/weights.h"
 #include "backend/backend.h"
 
 namespace journey {
@@ -19,6 +20,12 @@ struct BenchOptions {
   int runs = 3;
   bool measure_ceilings = true;  // the bandwidth and GEMM measurements (seconds, 2 GiB)
   size_t probe_bytes = size_t(2) << 30;  // the bandwidth probe's buffer: far larger than any cache (tests: small)
+  // The bytes a decode step reads, as the weights are stored (decode_bytes_per_token(model));
+  // 0: every weight in f32, from the config alone.
+  double weight_bytes_per_token = 0;
+  // The compute path of the prefill's products, which sets its ceiling: "f32" (Eigen's GEMM) or
+  // "bf16" (AVX512-BF16 dot products); see prefill_path(model).
+  std::string prefill_path = "f32";
 };
 
 struct Spread {
@@ -33,16 +40,51 @@ struct BenchResult {
   double decode_bytes_per_token = 0;  // weight bytes read per decoded token (f32 as computed)
   double prefill_flops = 0;           // floating-point operations of one prefill
   Spread prefill_tok_s, decode_tok_s;
+  // The same rates per CPU-second of this process x threads: what the run would reach if its
+  // threads had their cores to themselves (on a machine shared with other jobs the wall-clock rate
+  // also counts the time the threads waited for a core; with OMP_WAIT_POLICY=passive a waiting
+  // thread uses no CPU, so this counts the work alone).
+  Spread prefill_cpu_tok_s, decode_cpu_tok_s;
   // The read bandwidth is probed right after each run's decode, so each run's decode rate has a
   // ceiling measured under the same conditions (a shared machine's bandwidth drifts between runs).
   Spread bandwidth_runs_gb_s;         // the per-run probes
   Spread decode_fraction;             // per run: decode tok/s / (that run's bandwidth / bytes per token)
   double bandwidth_gb_s = 0;          // median of the per-run probes: threaded streaming read
   double gemm_gflop_s = 0;            // measured Eigen FP32 GEMM of the prefill's shape
+  double gemm_cpu_gflop_s = 0;        // the same per CPU-second x threads (see prefill_cpu_tok_s)
+  // The dot-product instructions' own rates on `threads` threads (register-resident loops, no
+  // memory): f32 FMA, AVX512-BF16 vdpbf16ps and AVX512-VNNI vpdpbusd (0 where the CPU lacks them);
+  // 2 operations per multiply-add.
+  double f32_fma_gflop_s = 0, bf16_dot_gflop_s = 0, int8_dot_gop_s = 0;
+  std::string prefill_path = "f32";   // BenchOptions::prefill_path
+  // The prefill's ceiling: Eigen's f32 GEMM for the f32 path; for the bf16 path the bf16 dot rate
+  // scaled by how close Eigen's GEMM comes to the f32 FMA rate (what a GEMM achieves of its
+  // instruction's peak on this machine, applied to the faster instruction).
+  double prefill_gemm_gflop_s() const {
+    if (prefill_path != "bf16" || f32_fma_gflop_s <= 0) return gemm_gflop_s;
+    return bf16_dot_gflop_s * gemm_gflop_s / f32_fma_gflop_s;
+  }
   double decode_ceiling_tok_s() const { return bandwidth_gb_s * 1e9 / decode_bytes_per_token; }
-  double prefill_ceiling_tok_s() const { return gemm_gflop_s * 1e9 / (prefill_flops / prompt_tokens); }
+  double prefill_ceiling_tok_s() const { return prefill_gemm_gflop_s() * 1e9 / (prefill_flops / prompt_tokens); }
+  // The prefill ceiling per CPU-second x threads (Eigen's GEMM timed by CPU time, same scaling).
+  double prefill_cpu_ceiling_tok_s() const {
+    return prefill_ceiling_tok_s() * (gemm_gflop_s > 0 ? gemm_cpu_gflop_s / gemm_gflop_s : 0.0);
+  }
   double load_average = -1;           // 1-minute load average when the run started
+  // This process's resident memory (bytes, /proc/self/status): after loading (before the KV cache),
+  // and the peak (VmHWM) at the end, KV cache and buffers included; -1 where unknown.
+  int64_t resident_after_load = -1, resident_peak = -1, model_file_bytes = 0;
+  std::string weight_types;           // e.g. "q4_K x 133, q6_K x 23, f32 x 45"
 };
+
+// The weight bytes one decode step reads as stored: every tensor except the embedding table (one
+// row per token) unless it doubles as the LM head; norms and biases in f32 as the backend keeps them.
+double decode_bytes_per_token(const ModelConfig& config, const WeightStore& weights);
+// "q4_K x 133, q6_K x 23, f32 x 45": how many tensors of each stored type.
+std::string weight_type_summary(const WeightStore& weights);
+// The prefill's compute path on the fast CPU backend for these weights: "bf16" when most matrix
+// bytes are bf16 or block types and the CPU has AVX512-BF16, else "f32".
+std::string prefill_path(const WeightStore& weights);
 
 // Streaming read of a buffer (much larger than the caches: 2 GiB by default) on `threads`
 // threads, each summing one contiguous slice. The buffer is allocated and mapped once, in huge
@@ -56,8 +98,9 @@ class ReadBandwidthProbe {
   int threads_;
   std::shared_ptr<Buffer> buffer_;
 };
-// Eigen's own multi-threaded FP32 GEMM of [M, K] x [K, N]; GFLOP/s (best of a few repetitions).
-double measure_gemm_gflops(int threads, int64_t M, int64_t K, int64_t N);
+// Eigen's own multi-threaded FP32 GEMM of [M, K] x [K, N]; GFLOP/s (best of a few repetitions);
+// per_cpu_second (optional): the same per CPU-second of this process x threads.
+double measure_gemm_gflops(int threads, int64_t M, int64_t K, int64_t N, double* per_cpu_second = nullptr);
 
 // Runs prefill (prompt_tokens random tokens) then greedy decode (gen_tokens steps), `runs` times.
 BenchResult run_bench(Backend& backend, const BenchOptions& options);

@@ -10,7 +10,12 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "core/error.h"
 #include "core/model_weights.h"
@@ -24,31 +29,130 @@ namespace journey {
 
 namespace {
 
-// Weights live in huge pages (cpu/huge_pages.h): every decode step streams all of them.
-struct LayerWeights {
-  HugePageFloats attn_norm;  // [E]
-  HugePageFloats wq, wk, wv; // [H*D, E], [KVH*D, E], [KVH*D, E]
-  HugePageFloats bq, bk, bv; // [H*D], [KVH*D], [KVH*D]   (Qwen2; empty otherwise)
-  HugePageFloats q_norm;     // [D]                       (Qwen3; empty otherwise)
-  HugePageFloats k_norm;     // [D]                       (Qwen3; empty otherwise)
-  HugePageFloats wo;         // [E, H*D]
-  HugePageFloats ffn_norm;   // [E]
-  HugePageFloats w_gate;     // [F, E]
-  HugePageFloats w_up;       // [F, E]
-  HugePageFloats w_down;     // [E, F]
+// A weight matrix as the forward multiplies it: a view of its bytes as stored, in place in the
+// file's memory map or in `copy` (2 MiB huge pages, cpu/huge_pages.h).
+struct StoredMatrix {
+  cpu::WeightView view;
+  HugePageVector<std::byte> copy;  // empty when used in place
 };
 
-// One tensor widened to f32 into huge pages, after checking that it exists with the shape the
-// config implies (core/model_weights.h names it and gives the shape).
-HugePageFloats load_tensor(const WeightStore& weights, const ModelConfig& config, WeightRole role, int layer = -1) {
-  const WeightSpec spec = weight_spec(config, role, layer);
-  const TensorRef& t = weights.get(spec.name);
-  if (t.shape != spec.shape)
-    fail("tensor ", spec.name, " in ", t.source, ": expected shape ", shape_string(spec.shape),
-         " (from the model config), found ", shape_string(t.shape));
-  const std::vector<float> widened = t.to_f32();
-  return HugePageFloats(widened.begin(), widened.end());
-}
+struct LayerWeights {
+  HugePageFloats attn_norm;    // [E]
+  StoredMatrix wq, wk, wv;     // [H*D, E], [KVH*D, E], [KVH*D, E]
+  HugePageFloats bq, bk, bv;   // [H*D], [KVH*D], [KVH*D]   (Qwen2; empty otherwise)
+  HugePageFloats q_norm;       // [D]                       (Qwen3; empty otherwise)
+  HugePageFloats k_norm;       // [D]                       (Qwen3; empty otherwise)
+  StoredMatrix wo;             // [E, H*D]
+  HugePageFloats ffn_norm;     // [E]
+  StoredMatrix w_gate;         // [F, E]
+  StoredMatrix w_up;           // [F, E]
+  StoredMatrix w_down;         // [E, F]
+};
+
+constexpr size_t kPage = 4096;
+
+// Takes tensors from the store, checked against what the config implies (core/model_weights.h
+// names them and gives their shapes), and remembers which mapped ranges must be brought into memory.
+class WeightLoader {
+ public:
+  WeightLoader(const WeightStore& weights, const ModelConfig& config, const CpuOptions& options)
+      : weights_(weights), config_(config), options_(options) {}
+
+  const TensorRef& checked(WeightRole role, int layer) const {
+    const WeightSpec spec = weight_spec(config_, role, layer);
+    const TensorRef& t = weights_.get(spec.name);
+    if (t.shape != spec.shape)
+      fail("tensor ", spec.name, " in ", t.source, ": expected shape ", shape_string(spec.shape),
+           " (from the model config), found ", shape_string(t.shape));
+    if (!dtype_is_weight(t.dtype))
+      fail("tensor ", spec.name, " in ", t.source, ": expected a float or quantized weight type, found ",
+           dtype_name(t.dtype));
+    const int64_t row = t.shape.back(), block = dtype_block_size(t.dtype);
+    if (row % block != 0)
+      fail("tensor ", spec.name, " in ", t.source, " (", dtype_name(t.dtype), "): row length ", row,
+           " is not a multiple of the ", dtype_name(t.dtype), " block size ", block);
+    if (int64_t(t.nbytes) != dtype_bytes_for(t.dtype, t.numel()))
+      fail("tensor ", spec.name, " in ", t.source, ": ", t.nbytes, " bytes do not hold ", t.numel(), " elements of ",
+           dtype_name(t.dtype), " (", dtype_bytes_for(t.dtype, t.numel()), " bytes)");
+    return t;
+  }
+
+  // A matrix as stored: in place when its bytes are aligned for its type (f32: 4 bytes, the
+  // others 2) and copying was not asked for; otherwise one copy into huge pages.
+  StoredMatrix matrix(WeightRole role, int layer = -1) {
+    const TensorRef& t = checked(role, layer);
+    StoredMatrix m;
+    m.view.type = t.dtype;
+    const size_t alignment = t.dtype == DType::F32 ? 4 : 2;
+    if (!options_.copy_weights && reinterpret_cast<uintptr_t>(t.data) % alignment == 0) {
+      m.view.data = t.data;
+      mapped_.push_back({t.data, t.nbytes});
+      report_.bytes_in_place += int64_t(t.nbytes);
+      return m;
+    }
+    m.copy.assign(t.data, t.data + t.nbytes);
+    m.view.data = m.copy.data();
+    report_.bytes_copied += int64_t(t.nbytes);
+    drop_pages(t.data, t.nbytes);  // the file's pages are no longer needed by this process
+    return m;
+  }
+
+  // A vector (norm weight, bias), widened to f32: small, read once per token.
+  HugePageFloats vector(WeightRole role, int layer = -1) {
+    const TensorRef& t = checked(role, layer);
+    const std::vector<float> widened = t.to_f32();
+    report_.bytes_copied += int64_t(widened.size() * sizeof(float));
+    return HugePageFloats(widened.begin(), widened.end());
+  }
+
+  // Brings every in-place matrix's pages into memory now (MADV_POPULATE_READ, or one read per
+  // page where the kernel lacks it), in chunks, reporting progress; so the first token does not
+  // pay for reading the file, and the load time says what loading costs.
+  void bring_into_memory() {
+    int64_t total = 0, done = 0;
+    for (const auto& [data, bytes] : mapped_) total += int64_t(bytes);
+    constexpr size_t kChunk = size_t(64) << 20;
+    for (const auto& [data, bytes] : mapped_) {
+      for (size_t offset = 0; offset < bytes; offset += kChunk) {
+        const size_t n = std::min(kChunk, bytes - offset);
+        populate(data + offset, n);
+        done += int64_t(n);
+        if (options_.on_load_progress) options_.on_load_progress(done, total);
+      }
+    }
+  }
+
+  CpuLoadReport report() const { return report_; }
+
+ private:
+  static void populate(const std::byte* data, size_t bytes) {
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(data) / kPage * kPage;
+    const uintptr_t end = reinterpret_cast<uintptr_t>(data) + bytes;
+#if defined(__linux__) && defined(MADV_POPULATE_READ)
+    if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ) == 0) return;
+#endif
+    volatile unsigned char sink = 0;
+    for (uintptr_t page = begin; page < end; page += kPage) sink = sink + *reinterpret_cast<const unsigned char*>(page);
+    (void)sink;
+  }
+  // Unmaps the whole pages inside [data, data + bytes) from this process (a private read-only
+  // file mapping: the page cache keeps them, this process's resident memory no longer counts them).
+  static void drop_pages(const std::byte* data, size_t bytes) {
+#if defined(__linux__)
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kPage - 1) / kPage * kPage;
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / kPage * kPage;
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+#else
+    (void)data, (void)bytes;
+#endif
+  }
+
+  const WeightStore& weights_;
+  const ModelConfig& config_;
+  const CpuOptions& options_;
+  std::vector<std::pair<const std::byte*, size_t>> mapped_;  // in-place matrices: bytes and length
+  CpuLoadReport report_;
+};
 
 template <typename Buffer>  // std::vector<float> or HugePageFloats
 TraceTensor trace_view(const Buffer& buffer, std::vector<int64_t> shape) {
@@ -67,7 +171,7 @@ class CpuBackend : public Backend {
   int64_t kv_block_size() const override { return block_size_; }
   int64_t kv_num_blocks() const override { return num_blocks_; }
   int64_t kv_block_bytes(int64_t block_size) const override {
-    return 2 * L_ * block_size * KVH_ * D_ * int64_t(sizeof(float));
+    return 2 * L_ * block_size * dtype_bytes_for(options_.kv_dtype, KVH_ * D_);
   }
   void copy_kv_block(int32_t src, int32_t dst) override;
   ForwardOutput forward(const ForwardBatch& batch, TraceSink* sink) override;
@@ -81,14 +185,19 @@ class CpuBackend : public Backend {
   int threads_ = 1;
   int64_t E_, F_, L_, H_, KVH_, D_, V_;  // hidden, FFN, layers, heads, kv heads, head_dim, vocab
 
-  HugePageFloats embed_tokens_;      // [V, E]
+  std::vector<std::shared_ptr<const void>> mappings_;  // the files the in-place weights live in
+  StoredMatrix embed_tokens_;        // [V, E]
   std::vector<LayerWeights> layers_; // [L]
   HugePageFloats final_norm_;        // [E]
-  HugePageFloats lm_head_own_;       // [V, E] (empty when tied to embed_tokens_)
-  const float* lm_head_ = nullptr;   // [V, E]
+  StoredMatrix lm_head_own_;         // [V, E] (unused when tied to embed_tokens_)
+  cpu::WeightView lm_head_;          // [V, E]
 
   int64_t num_blocks_ = 0, block_size_ = 0;
-  std::vector<HugePageFloats> k_pool_, v_pool_;  // [L][num_blocks, block_size, KVH, D]
+  // [L][num_blocks, block_size, KVH, D] in options_.kv_dtype (bytes: dtype_bytes_for per slot)
+  std::vector<HugePageVector<std::byte>> k_pool_, v_pool_;
+  cpu::KvPool pool(std::vector<HugePageVector<std::byte>>& pools, int64_t l) {
+    return {pools[size_t(l)].data(), options_.kv_dtype};
+  }
 };
 
 CpuBackend::CpuBackend(const LoadedModel& model, const CpuOptions& options, const CpuOps& ops)
@@ -104,58 +213,66 @@ CpuBackend::CpuBackend(const LoadedModel& model, const CpuOptions& options, cons
   // top (inside a one-thread region it still spawns its own), so it is switched off.
   Eigen::setNbThreads(1);
 
-  const WeightStore& w = model.weights;
-  embed_tokens_ = load_tensor(w, c, WeightRole::token_embedding);
+  cpu::check_kv_pool_type(options.kv_dtype, D_);
+  const auto t0 = std::chrono::steady_clock::now();
+  mappings_ = model.weights.owners();
+  WeightLoader load(model.weights, c, options);
+  embed_tokens_ = load.matrix(WeightRole::token_embedding);
   layers_.resize(size_t(L_));
   for (int l = 0; l < int(L_); ++l) {
     LayerWeights& lw = layers_[size_t(l)];
-    lw.attn_norm = load_tensor(w, c, WeightRole::attn_norm, l);
-    lw.wq = load_tensor(w, c, WeightRole::q_proj, l);
-    lw.wk = load_tensor(w, c, WeightRole::k_proj, l);
-    lw.wv = load_tensor(w, c, WeightRole::v_proj, l);
+    lw.attn_norm = load.vector(WeightRole::attn_norm, l);
+    lw.wq = load.matrix(WeightRole::q_proj, l);
+    lw.wk = load.matrix(WeightRole::k_proj, l);
+    lw.wv = load.matrix(WeightRole::v_proj, l);
     if (c.attention_bias) {
-      lw.bq = load_tensor(w, c, WeightRole::q_bias, l);
-      lw.bk = load_tensor(w, c, WeightRole::k_bias, l);
-      lw.bv = load_tensor(w, c, WeightRole::v_bias, l);
+      lw.bq = load.vector(WeightRole::q_bias, l);
+      lw.bk = load.vector(WeightRole::k_bias, l);
+      lw.bv = load.vector(WeightRole::v_bias, l);
     }
     if (c.qk_norm) {
-      lw.q_norm = load_tensor(w, c, WeightRole::q_norm, l);
-      lw.k_norm = load_tensor(w, c, WeightRole::k_norm, l);
+      lw.q_norm = load.vector(WeightRole::q_norm, l);
+      lw.k_norm = load.vector(WeightRole::k_norm, l);
     }
-    lw.wo = load_tensor(w, c, WeightRole::o_proj, l);
-    lw.ffn_norm = load_tensor(w, c, WeightRole::ffn_norm, l);
-    lw.w_gate = load_tensor(w, c, WeightRole::gate_proj, l);
-    lw.w_up = load_tensor(w, c, WeightRole::up_proj, l);
-    lw.w_down = load_tensor(w, c, WeightRole::down_proj, l);
+    lw.wo = load.matrix(WeightRole::o_proj, l);
+    lw.ffn_norm = load.vector(WeightRole::ffn_norm, l);
+    lw.w_gate = load.matrix(WeightRole::gate_proj, l);
+    lw.w_up = load.matrix(WeightRole::up_proj, l);
+    lw.w_down = load.matrix(WeightRole::down_proj, l);
   }
-  final_norm_ = load_tensor(w, c, WeightRole::final_norm);
+  final_norm_ = load.vector(WeightRole::final_norm);
   // Tied models reuse the embedding matrix as the LM head (logits = h embed_tokens^T).
-  if (c.tie_word_embeddings && !w.has(weight_spec(c, WeightRole::lm_head).name)) {
-    lm_head_ = embed_tokens_.data();
+  if (c.tie_word_embeddings && !model.weights.has(weight_spec(c, WeightRole::lm_head).name)) {
+    lm_head_ = embed_tokens_.view;
   } else {
-    lm_head_own_ = load_tensor(w, c, WeightRole::lm_head);
-    lm_head_ = lm_head_own_.data();
+    lm_head_own_ = load.matrix(WeightRole::lm_head);
+    lm_head_ = lm_head_own_.view;
   }
+  load.bring_into_memory();
+  if (options.report) {
+    *options.report = load.report();
+    options.report->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  options_.report = nullptr;  // the caller's report is filled once, here
+  options_.on_load_progress = nullptr;
 }
 
 void CpuBackend::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
   if (num_blocks <= 0 || block_size <= 0)
     fail("KV cache: num_blocks (", num_blocks, ") and block_size (", block_size, ") must be positive");
   num_blocks_ = num_blocks, block_size_ = block_size;
-  const size_t floats = size_t(num_blocks * block_size * KVH_ * D_);
-  k_pool_.assign(size_t(L_), HugePageFloats(floats, 0.0f));
-  v_pool_.assign(size_t(L_), HugePageFloats(floats, 0.0f));
+  const size_t bytes = size_t(num_blocks * block_size * dtype_bytes_for(options_.kv_dtype, KVH_ * D_));
+  k_pool_.assign(size_t(L_), HugePageVector<std::byte>(bytes, std::byte{0}));
+  v_pool_.assign(size_t(L_), HugePageVector<std::byte>(bytes, std::byte{0}));
 }
 
 void CpuBackend::copy_kv_block(int32_t src, int32_t dst) {
   if (src < 0 || src >= num_blocks_ || dst < 0 || dst >= num_blocks_)
     fail("copy_kv_block(", src, ", ", dst, "): block ids must lie in [0, ", num_blocks_, ")");
-  const int64_t block_floats = block_size_ * KVH_ * D_;
+  const int64_t block_bytes = block_size_ * dtype_bytes_for(options_.kv_dtype, KVH_ * D_);
   for (int64_t l = 0; l < L_; ++l) {
-    std::memcpy(k_pool_[l].data() + dst * block_floats, k_pool_[l].data() + src * block_floats,
-                sizeof(float) * block_floats);
-    std::memcpy(v_pool_[l].data() + dst * block_floats, v_pool_[l].data() + src * block_floats,
-                sizeof(float) * block_floats);
+    std::memcpy(k_pool_[l].data() + dst * block_bytes, k_pool_[l].data() + src * block_bytes, size_t(block_bytes));
+    std::memcpy(v_pool_[l].data() + dst * block_bytes, v_pool_[l].data() + src * block_bytes, size_t(block_bytes));
   }
 }
 
@@ -206,7 +323,7 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
   std::vector<float> scores, weights;                // [H, T, P] only when traced
 
   // embedding: one row of the table per token
-  ops_.embedding_gather(x.data(), embed_tokens_.data(), tokens.data(), N, E);
+  ops_.embedding_gather(x.data(), embed_tokens_.view, tokens.data(), N, E);
   JOURNEY_TRACE(sink, Stage::embeddings, -1, trace_view(x, {N, E}));
 
   for (int64_t l = 0; l < L_; ++l) {
@@ -219,9 +336,9 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
 
     // q, k, v projections (Qwen2 adds biases)
     // (one parallel region for the three: they share their input)
-    const cpu::LinearTarget qkv[] = {{q.data(), lw.wq.data(), lw.bq.empty() ? nullptr : lw.bq.data(), H * D},
-                                     {k.data(), lw.wk.data(), lw.bk.empty() ? nullptr : lw.bk.data(), KVH * D},
-                                     {v.data(), lw.wv.data(), lw.bv.empty() ? nullptr : lw.bv.data(), KVH * D}};
+    const cpu::LinearTarget qkv[] = {{q.data(), lw.wq.view, lw.bq.empty() ? nullptr : lw.bq.data(), H * D},
+                                     {k.data(), lw.wk.view, lw.bk.empty() ? nullptr : lw.bk.data(), KVH * D},
+                                     {v.data(), lw.wv.view, lw.bv.empty() ? nullptr : lw.bv.data(), KVH * D}};
     ops_.linear_shared_input(xn.data(), N, E, std::span<const cpu::LinearTarget>(qkv), threads_);
     JOURNEY_TRACE(sink, Stage::q, il, trace_view(q, {N, H, D}));
     JOURNEY_TRACE(sink, Stage::k, il, trace_view(k, {N, KVH, D}));
@@ -250,13 +367,13 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     auto attend = [&](int64_t i, int attention_threads) {
       const SequenceInput& s = batch.sequences[size_t(i)];
       const int64_t r0 = first_row[i], T = first_row[i + 1] - r0, start = s.start_position, P = start + T;
-      ops_.kv_cache_write(k_pool_[l].data(), v_pool_[l].data(), k.data() + r0 * KVH * D, v.data() + r0 * KVH * D,
+      ops_.kv_cache_write(pool(k_pool_, l), pool(v_pool_, l), k.data() + r0 * KVH * D, v.data() + r0 * KVH * D,
                           s.block_table.data(), T, start, block_size_, KVH, D);
       const bool trace_scores = single && sink && sink->wants(Stage::attn_scores, il);
       const bool trace_weights = single && sink && sink->wants(Stage::attn_weights, il);
       if (trace_scores) scores.assign(size_t(H * T * P), 0.0f);
       if (trace_weights) weights.assign(size_t(H * T * P), 0.0f);
-      ops_.paged_attention(context.data() + r0 * H * D, q.data() + r0 * H * D, k_pool_[l].data(), v_pool_[l].data(),
+      ops_.paged_attention(context.data() + r0 * H * D, q.data() + r0 * H * D, pool(k_pool_, l), pool(v_pool_, l),
                            s.block_table.data(), T, start, block_size_, H, KVH, D,
                            trace_scores ? scores.data() : nullptr, trace_weights ? weights.data() : nullptr,
                            attention_threads);
@@ -273,7 +390,7 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     JOURNEY_TRACE(sink, Stage::attn_context, il, trace_view(context, {N, H * D}));
 
     // output projection, then the residual connection
-    ops_.linear(attn_out.data(), context.data(), lw.wo.data(), nullptr, N, H * D, E, threads_);
+    ops_.linear(attn_out.data(), context.data(), lw.wo.view, nullptr, N, H * D, E, threads_);
     JOURNEY_TRACE(sink, Stage::attn_out, il, trace_view(attn_out, {N, E}));
     ops_.residual_add(x.data(), x.data(), attn_out.data(), N * E);
     JOURNEY_TRACE(sink, Stage::resid_attn, il, trace_view(x, {N, E}));
@@ -283,14 +400,14 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     JOURNEY_TRACE(sink, Stage::ffn_norm, il, trace_view(xn, {N, E}));
 
     // gate and up projections, SwiGLU, down projection
-    const cpu::LinearTarget gate_up[] = {{gate.data(), lw.w_gate.data(), nullptr, F},
-                                         {up.data(), lw.w_up.data(), nullptr, F}};
+    const cpu::LinearTarget gate_up[] = {{gate.data(), lw.w_gate.view, nullptr, F},
+                                         {up.data(), lw.w_up.view, nullptr, F}};
     ops_.linear_shared_input(xn.data(), N, E, std::span<const cpu::LinearTarget>(gate_up), threads_);
     JOURNEY_TRACE(sink, Stage::gate, il, trace_view(gate, {N, F}));
     JOURNEY_TRACE(sink, Stage::up, il, trace_view(up, {N, F}));
     ops_.swiglu(act.data(), gate.data(), up.data(), N * F);
     JOURNEY_TRACE(sink, Stage::act, il, trace_view(act, {N, F}));
-    ops_.linear(ffn_out.data(), act.data(), lw.w_down.data(), nullptr, N, F, E, threads_);
+    ops_.linear(ffn_out.data(), act.data(), lw.w_down.view, nullptr, N, F, E, threads_);
     JOURNEY_TRACE(sink, Stage::ffn_out, il, trace_view(ffn_out, {N, E}));
 
     // residual connection
@@ -314,7 +431,7 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
   }
   const int64_t R = int64_t(logit_rows.size());
   HugePageFloats head_in(size_t(R * E));  // [R, E] the rows of xn that get logits
-  ops_.embedding_gather(head_in.data(), xn.data(), logit_rows.data(), R, E);  // a row gather, like the embedding
+  ops_.embedding_gather(head_in.data(), cpu::WeightView{xn.data(), DType::F32}, logit_rows.data(), R, E);  // a row gather, like the embedding
   out.logits.resize(size_t(R * V));  // [R, V]
   ops_.linear(out.logits.data(), head_in.data(), lm_head_, nullptr, R, E, V, threads_);
   JOURNEY_TRACE(sink, Stage::logits, -1, trace_view(out.logits, {R, V}));

@@ -5,6 +5,7 @@
 // It is what `journey generate|chat|serve|bench` run by default (`--device cpu`); the reference
 // is what it is checked against, op by op and stage by stage (tests/backends).
 #pragma once
+#include <functional>
 #include <memory>
 
 #include "assets/model.h"
@@ -13,8 +14,24 @@
 
 namespace journey {
 
+// What loading did, for the load line of the CLI and for tests.
+struct CpuLoadReport {
+  int64_t bytes_in_place = 0;  // weight bytes multiplied where the file's memory map holds them
+  int64_t bytes_copied = 0;    // weight bytes copied (misaligned, --no-mmap, f32 copies of norms and biases)
+  double seconds = 0;          // building the backend, including bringing the weights' pages into memory
+};
+
 struct CpuOptions {
   int threads = 0;  // threads for the matrix products and attention; 0 = all cores
+  // The KV pool's type: f32, f16 or bf16 (half the memory) or q8_0 (34 bytes per 32 values).
+  DType kv_dtype = DType::F32;
+  // false (default): weight matrices are used in place in the memory-mapped file (page cache, no
+  // copy; resident memory is the file's size) wherever their alignment allows. true: every matrix
+  // is copied into anonymous huge pages (llama.cpp's --no-mmap) and the file's pages are dropped.
+  bool copy_weights = false;
+  // Called while the weights' pages are brought into memory: bytes done, bytes in all.
+  std::function<void(int64_t done, int64_t total)> on_load_progress;
+  CpuLoadReport* report = nullptr;  // filled when given
 };
 
 // The fast ops, as one table of functions: the forward pass calls its ops through it. make_cpu_backend() fills it with
@@ -35,8 +52,10 @@ struct CpuOps {
   decltype(&cpu::paged_attention) paged_attention = &cpu::paged_attention;
 };
 
-// Widens the model's weights to f32 (the model may be released afterwards) and checks every
-// tensor's shape against the config; throws journey::Error naming the tensor on a mismatch.
+// Takes the model's weight matrices as stored (in place in the file's memory map, which the backend
+// keeps alive, so `model` may be released afterwards; norms and biases widened to f32), checks
+// every tensor's shape, type and size against the config, and brings the weights' pages into
+// memory; throws journey::Error naming the tensor on a mismatch.
 std::unique_ptr<Backend> make_cpu_backend(const LoadedModel& model, const CpuOptions& options = {});
 // The same backend running `ops` instead of cpu::'s kernels (tests only: see CpuOps).
 std::unique_ptr<Backend> make_cpu_backend(const LoadedModel& model, const CpuOptions& options, const CpuOps& ops);

@@ -1,29 +1,23 @@
-// The small-batch matrix product behind cpu::linear: y = x W^T (+ bias) for a block of output rows,
-// with W [out, in] row-major as stored, never repacked.
+// Which compiled variant of the kernels (cpu/kernels.h) runs, and the f32 small-batch product
+// behind cpu::linear: y = x W^T (+ bias) for a block of output rows, W [out, in] row-major as
+// stored, never repacked.
 //
-// Why not Eigen: for T = 2..128 tokens Eigen's GEMM copies ("packs") every weight block before
+// Why not Eigen: for T = 2..16 tokens Eigen's GEMM copies ("packs") every weight block before
 // using it once or a few times; on a 2-core machine that copy took 43% of a 16-token step. Here
 // each weight row is read straight from memory into registers, multiplied with a small tile of
-// tokens held alongside it, and never touched again (see gemm.cpp for the tiling).
+// tokens held alongside it, and never touched again (kernels_impl.inc, part 1, draws the tiling).
 #pragma once
 
 #include <cstdint>
 
+#include "cpu/kernels.h"
+
 namespace journey::cpu::gemm {
 
-// The instruction sets the kernel is compiled for. All three are built into every binary (GCC
-// target attributes), whatever -march the build uses; the CPU picks one at run time.
-enum class Isa {
-  Generic,  // x86-64 baseline (SSE2) or any other CPU: 4-float vectors
-  Avx2,     // AVX2 + FMA: 8-float vectors
-  Avx512,   // AVX-512F: 16-float vectors
-};
-
-// The best Isa this CPU runs.
-Isa best_isa();
-// Whether this CPU can run `isa` (tests run every supported one).
-bool supports(Isa isa);
-const char* isa_name(Isa isa);
+using kernels::Isa;
+using kernels::best_isa;
+using kernels::isa_name;
+using kernels::supports;
 
 // Columns [row_begin, row_end) of y = x W^T (+ bias): output rows row_begin.. of W, all T tokens.
 // Single-threaded; cpu::linear gives each thread its own row range.

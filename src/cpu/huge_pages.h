@@ -62,7 +62,9 @@ struct HugePageAllocator {
   bool operator==(const HugePageAllocator<U>&) const noexcept { return true; }
 };
 
-// A float array: in huge pages from 2 MiB up, cache-line aligned always.
-using HugePageFloats = std::vector<float, HugePageAllocator<float>>;
+// An array in huge pages from 2 MiB up, cache-line aligned always.
+template <typename T>
+using HugePageVector = std::vector<T, HugePageAllocator<T>>;
+using HugePageFloats = HugePageVector<float>;
 
 }  // namespace journey

@@ -1,10 +1,14 @@
-// The reference ops: Eigen for the arithmetic (linear() for few tokens: the kernel of gemm.cpp),
-// OpenMP (when CMake found it) to split work across threads. Each function is the literal formula from ops.h; speed comes only from not doing
-// anything twice (weights are read once per linear(), attention reads each K/V row once per query).
+// The fast ops: Eigen for the arithmetic, the kernels of kernels.h for the products on stored
+// weight types (typed_linear.h), OpenMP (when CMake found it) to split work across threads. Each
+// function is the formula from ops.h; speed comes from not doing anything twice (weights are read
+// once per linear(), attention reads each K/V row once per query) and from the kernels.
 #include "cpu/ops.h"
 
+#include "core/error.h"
 #include "cpu/huge_pages.h"
-#include "cpu/gemm.h"
+#include "cpu/typed_linear.h"
+#include "quant/dequantize.h"
+#include "quant/quantize.h"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -27,8 +31,10 @@ using ConstMatrixMap = Eigen::Map<const RowMatrix>;
 using VectorMap = Eigen::Map<Eigen::VectorXf>;
 using ConstVectorMap = Eigen::Map<const Eigen::VectorXf>;
 
-// Attention for one sequence, with K/V rows fetched by key_row(p, kv_head) / value_row(p, kv_head):
-// the one loop both attention() and paged_attention() run, so they cannot drift apart.
+// Attention for one sequence, with K/V rows fetched by key_row(p, kv_head, buffer) /
+// value_row(p, kv_head, buffer) (a pointer to D floats: into the cache, or into `buffer` [D] where
+// the row is stored in another type and widened): the one loop both attention() and
+// paged_attention() run, so they cannot drift apart.
 template <typename KeyRow, typename ValueRow>
 void attention_core(float* context, const float* q, KeyRow key_row, ValueRow value_row, int64_t T, int64_t start,
                     int64_t H, int64_t KVH, int64_t D, float* scores_out, float* weights_out, int threads) {
@@ -39,6 +45,7 @@ void attention_core(float* context, const float* q, KeyRow key_row, ValueRow val
 #pragma omp parallel num_threads(threads)
   {
     HugePageFloats row(static_cast<size_t>(P));  // [P] scores, then weights, of one (head, query); aligned
+    HugePageFloats widened(static_cast<size_t>(D));  // [D] one K or V row widened to f32
 #pragma omp for collapse(2) schedule(static)
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t t = 0; t < T; ++t) {
@@ -46,7 +53,7 @@ void attention_core(float* context, const float* q, KeyRow key_row, ValueRow val
         const int64_t last = start + t;  // causal: attend positions [0, last]
         ConstVectorMap query(q + (t * H + h) * D, D);  // [D]
         // scores = q.k / sqrt(D), -inf after the query's own position
-        for (int64_t p = 0; p <= last; ++p) row[p] = query.dot(ConstVectorMap(key_row(p, kv_head), D)) * scale;
+        for (int64_t p = 0; p <= last; ++p) row[p] = query.dot(ConstVectorMap(key_row(p, kv_head, widened.data()), D)) * scale;
         for (int64_t p = last + 1; p < P; ++p) row[p] = neg_inf;
         if (scores_out) std::memcpy(scores_out + (h * T + t) * P, row.data(), sizeof(float) * P);
         // weights = softmax(scores); masked positions become exactly 0
@@ -55,7 +62,7 @@ void attention_core(float* context, const float* q, KeyRow key_row, ValueRow val
         // context = sum_p weights[p] * v[p]
         VectorMap out(context + t * H * D + h * D, D);  // [D]
         out.setZero();
-        for (int64_t p = 0; p <= last; ++p) out += row[p] * ConstVectorMap(value_row(p, kv_head), D);
+        for (int64_t p = 0; p <= last; ++p) out += row[p] * ConstVectorMap(value_row(p, kv_head, widened.data()), D);
       }
     }
   }
@@ -63,8 +70,14 @@ void attention_core(float* context, const float* q, KeyRow key_row, ValueRow val
 
 }  // namespace
 
-void embedding_gather(float* out, const float* table, const int32_t* tokens, int64_t T, int64_t E) {
-  for (int64_t t = 0; t < T; ++t) std::memcpy(out + t * E, table + int64_t(tokens[t]) * E, sizeof(float) * E);
+void embedding_gather(float* out, WeightView table, const int32_t* tokens, int64_t T, int64_t E) {
+  const size_t row_bytes = size_t(dtype_bytes_for(table.type, E));
+  const auto* bytes = static_cast<const std::byte*>(table.data);
+  for (int64_t t = 0; t < T; ++t) {
+    const std::byte* row = bytes + int64_t(tokens[t]) * int64_t(row_bytes);
+    if (table.type == DType::F32) std::memcpy(out + t * E, row, row_bytes);
+    else quant::dequantize(table.type, row, out + t * E, E);
+  }
 }
 
 void rms_norm(float* out, const float* x, const float* weight, int64_t R, int64_t N, float eps) {
@@ -104,34 +117,6 @@ void rope(float* x, const int64_t* positions, int64_t T, int64_t heads, int64_t 
 
 namespace {
 
-// From 2 to kGemmMaxTokens tokens (batched decode of up to 16 sequences) the register-tiled
-// kernel of gemm.cpp runs; one token (decode) and more than 16 use Eigen. Measured on a 2-core
-// AVX-512 Xeon (docs/performance.md): one token, Eigen's GEMV decodes the 1.1B shape at 4.35 tok/s
-// against 2.7-3.7 for the kernel; 16 tokens, the kernel ~15% faster on single products, about
-// even in the engine's step; 32 tokens, Eigen ~8% faster.
-constexpr int64_t kGemmMaxTokens = 16;
-
-// Columns [begin, end) of y = x W^T (+ bias): output rows begin.. of W, all T tokens.
-void linear_block(const LinearTarget& target, const float* x, int64_t T, int64_t in, int64_t begin, int64_t end) {
-  const int64_t out = target.out;
-  if (end <= begin) return;
-  if (T > 1 && T <= kGemmMaxTokens) {
-    gemm::linear_rows(gemm::best_isa(), target.y, x, target.weight, target.bias, T, in, out, begin, end);
-    return;
-  }
-  ConstMatrixMap X(x, T, in);                // [T, in]
-  ConstMatrixMap W(target.weight, out, in);  // [out, in]
-  MatrixMap Y(target.y, T, out);             // [T, out]
-  // Eigen packs the weight block fastest as the right-hand side of a product with a column-major
-  // result (measured ~15% faster than writing the row-major Y directly). Inside a parallel region
-  // Eigen runs serially.
-  Eigen::MatrixXf block = X * W.middleRows(begin, end - begin).transpose();  // [T, end - begin] column-major
-  Y.middleCols(begin, end - begin) = block;
-  if (target.bias)
-    Y.middleCols(begin, end - begin).rowwise() +=
-        Eigen::Map<const Eigen::RowVectorXf>(target.bias + begin, end - begin);
-}
-
 // How a product's output rows are cut: `count` contiguous blocks (at most one per thread), each
 // a multiple of 16 rows wide so that block edges stay aligned to SIMD width.
 struct RowSplit {
@@ -145,6 +130,8 @@ RowSplit split_rows(int64_t out, int threads) {
 }  // namespace
 
 void linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets, int threads) {
+  // x in the forms the targets' weight types multiply (quantized to 8 bits, rounded to bf16)
+  const PreparedInput input(x, T, in, targets);
   int64_t team = 1;  // threads that get work: one per block of the most finely split product
   for (const LinearTarget& target : targets) team = std::max(team, split_rows(target.out, threads).count);
   // Block b of every product goes to thread b, the same static assignment as one
@@ -152,7 +139,7 @@ void linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const 
   auto thread_work = [&](int64_t b) {
     for (const LinearTarget& target : targets) {
       const RowSplit split = split_rows(target.out, threads);
-      if (b < split.count) linear_block(target, x, T, in, b * split.rows, std::min(target.out, (b + 1) * split.rows));
+      if (b < split.count) input.run_block(target, b * split.rows, std::min(target.out, (b + 1) * split.rows));
     }
   };
   if (team == 1) {
@@ -171,7 +158,7 @@ void linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const 
 #endif
 }
 
-void linear(float* y, const float* x, const float* weight, const float* bias, int64_t T, int64_t in, int64_t out,
+void linear(float* y, const float* x, WeightView weight, const float* bias, int64_t T, int64_t in, int64_t out,
             int threads) {
   const LinearTarget target{y, weight, bias, out};
   linear_shared_input(x, T, in, std::span<const LinearTarget>(&target, 1), threads);
@@ -218,32 +205,53 @@ void residual_add(float* out, const float* a, const float* b, int64_t n) {
 
 void attention(float* context, const float* q, const float* k, const float* v, int64_t T, int64_t start, int64_t H,
                int64_t KVH, int64_t D, float* scores_out, float* weights_out, int threads) {
-  auto key_row = [&](int64_t p, int64_t kv_head) { return k + (p * KVH + kv_head) * D; };
-  auto value_row = [&](int64_t p, int64_t kv_head) { return v + (p * KVH + kv_head) * D; };
+  auto key_row = [&](int64_t p, int64_t kv_head, float*) { return k + (p * KVH + kv_head) * D; };
+  auto value_row = [&](int64_t p, int64_t kv_head, float*) { return v + (p * KVH + kv_head) * D; };
   attention_core(context, q, key_row, value_row, T, start, H, KVH, D, scores_out, weights_out, threads);
 }
 
-void kv_cache_write(float* k_pool, float* v_pool, const float* k, const float* v, const int32_t* block_table,
+void check_kv_pool_type(DType type, int64_t D) {
+  if (type != DType::F32 && type != DType::F16 && type != DType::BF16 && type != DType::Q8_0)
+    fail("KV cache type ", dtype_name(type), " is not supported (expected f32, f16, bf16 or q8_0)");
+  if (type == DType::Q8_0 && D % 32 != 0)
+    fail("KV cache type q8_0 needs head_dim to be a multiple of 32 (its blocks), but head_dim is ", D);
+}
+
+void kv_cache_write(KvPool k_pool, KvPool v_pool, const float* k, const float* v, const int32_t* block_table,
                     int64_t T, int64_t start, int64_t block_size, int64_t KVH, int64_t D) {
-  const int64_t row = KVH * D;  // floats per slot
+  const int64_t row = KVH * D;  // values per slot
+  auto store = [&](KvPool pool, int64_t slot, const float* values) {
+    const int64_t slot_bytes = dtype_bytes_for(pool.type, row);
+    std::byte* dst = static_cast<std::byte*>(pool.data) + slot * slot_bytes;
+    if (pool.type == DType::F32) std::memcpy(dst, values, size_t(slot_bytes));
+    else quant::quantize(pool.type, values, dst, row);  // f16/bf16: nearest even; q8_0: llama.cpp's blocks
+  };
   for (int64_t t = 0; t < T; ++t) {
     const int64_t position = start + t;
     const int64_t slot = int64_t(block_table[position / block_size]) * block_size + position % block_size;
-    std::memcpy(k_pool + slot * row, k + t * row, sizeof(float) * row);
-    std::memcpy(v_pool + slot * row, v + t * row, sizeof(float) * row);
+    store(k_pool, slot, k + t * row);
+    store(v_pool, slot, v + t * row);
   }
 }
 
-void paged_attention(float* context, const float* q, const float* k_pool, const float* v_pool,
-                     const int32_t* block_table, int64_t T, int64_t start, int64_t block_size, int64_t H,
-                     int64_t KVH, int64_t D, float* scores_out, float* weights_out, int threads) {
+void paged_attention(float* context, const float* q, KvPool k_pool, KvPool v_pool, const int32_t* block_table,
+                     int64_t T, int64_t start, int64_t block_size, int64_t H, int64_t KVH, int64_t D,
+                     float* scores_out, float* weights_out, int threads) {
   // The pool slot of every position, looked up once (attention reads each position's K and V
   // once per query head; this saves a division per read, ~1 % of a 16-sequence step at most).
   const int64_t P = start + T;
   std::vector<int64_t> slot(static_cast<size_t>(P));  // [P] position -> slot in the pool
   for (int64_t p = 0; p < P; ++p) slot[size_t(p)] = int64_t(block_table[p / block_size]) * block_size + p % block_size;
-  auto key_row = [&](int64_t p, int64_t kv_head) { return k_pool + (slot[size_t(p)] * KVH + kv_head) * D; };
-  auto value_row = [&](int64_t p, int64_t kv_head) { return v_pool + (slot[size_t(p)] * KVH + kv_head) * D; };
+  // one head's row of a slot: f32 in place, other types widened into the caller's buffer [D]
+  auto fetch = [&](KvPool pool, int64_t p, int64_t kv_head, float* buffer) -> const float* {
+    const int64_t element = slot[size_t(p)] * KVH * D + kv_head * D;  // index of the row's first value
+    if (pool.type == DType::F32) return static_cast<const float*>(pool.data) + element;
+    quant::dequantize(pool.type, static_cast<const std::byte*>(pool.data) + dtype_bytes_for(pool.type, element),
+                      buffer, D);
+    return buffer;
+  };
+  auto key_row = [&](int64_t p, int64_t kv_head, float* buffer) { return fetch(k_pool, p, kv_head, buffer); };
+  auto value_row = [&](int64_t p, int64_t kv_head, float* buffer) { return fetch(v_pool, p, kv_head, buffer); };
   attention_core(context, q, key_row, value_row, T, start, H, KVH, D, scores_out, weights_out, threads);
 }
 

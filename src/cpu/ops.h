@@ -1,8 +1,11 @@
 // The fast CPU ops: the reference ops (reference/ops.h) with the same names and the same arguments
-// in the same order, made fast — threads (the last argument, where an op uses them), the register-
-// tiled small-batch kernel of cpu/gemm.h chosen per instruction set at run time, huge-page scratch,
-// vectorized exp in fixed blocks. Every tensor is a row-major f32 array whose shape is written
-// beside it. tests/backends runs each of them against its reference twin on odd sizes.
+// in the same order, made fast — threads (the last argument, where an op uses them), kernels per
+// instruction set chosen at run time (cpu/kernels.h), huge-page scratch, vectorized exp in fixed
+// blocks. Two differences from the reference, both in the arguments' types, not their order: a
+// weight matrix is a WeightView (pointer + the type it is stored in: f32, f16, bf16 or a GGML
+// block type, multiplied as stored), and the KV pools are KvPool views (f32, f16, bf16 or q8_0).
+// Every other tensor is a row-major f32 array whose shape is written beside it. tests/backends
+// runs each op against its reference twin on odd sizes, with every weight type.
 //
 // Shape letters: T = tokens in this step, P = positions attended (start + T), E = hidden size,
 // H = query heads, KVH = key/value heads, D = head_dim, F = FFN size, V = vocab, R = rows.
@@ -11,12 +14,22 @@
 #include <span>
 
 #include "core/config.h"
+#include "core/dtype.h"
 
 namespace journey::cpu {
 
-// out[t, :] = table[tokens[t], :]. Token ids must already be checked against V.
+// A weight matrix as stored: its bytes and their type. The shape comes with the op's other
+// arguments ([out, in] for linear, [V, E] for embedding_gather); row r starts at byte
+// r * dtype_bytes_for(type, in), so a block type's rows hold whole blocks.
+struct WeightView {
+  const void* data = nullptr;
+  DType type = DType::F32;
+};
+
+// out[t, :] = table[tokens[t], :], widened to f32 (block types dequantized by quant::dequantize,
+// exactly the reference's values). Token ids must already be checked against V.
 void embedding_gather(float* out,            // [T, E]
-                      const float* table,    // [V, E]
+                      WeightView table,      // [V, E]
                       const int32_t* tokens, // [T]
                       int64_t T, int64_t E);
 
@@ -37,17 +50,21 @@ void rope(float* x,                  // [T, heads, D]
 // y = x W^T (+ bias): the Linear layer of PyTorch with W stored [out, in] row-major.
 // The output rows are split across `threads` threads, so the weights are read once per call
 // whether T is 1 (decode: a matrix-vector product) or large (prefill: matrix-matrix).
-void linear(float* y,             // [T, out]
-            const float* x,       // [T, in]
-            const float* weight,  // [out, in]
-            const float* bias,    // [out] or nullptr
+// How each weight type is multiplied (typed_linear.h): f32 as before (Eigen, the tile kernel of
+// gemm.h); f16/bf16 widened to f32 in registers; block types against x quantized to 8 bits
+// (Q8_0 for the legacy types, Q8_K for the K types) up to 16 tokens, and for prefill (more than 16
+// tokens) bf16 and block types by AVX512-BF16 dot products with x rounded to bf16.
+void linear(float* y,           // [T, out]
+            const float* x,     // [T, in]
+            WeightView weight,  // [out, in]
+            const float* bias,  // [out] or nullptr
             int64_t T, int64_t in, int64_t out, int threads);
 
 // One product of linear_shared_input: y = x W^T (+ bias).
 struct LinearTarget {
-  float* y;             // [T, out]
-  const float* weight;  // [out, in]
-  const float* bias;    // [out] or nullptr
+  float* y;           // [T, out]
+  WeightView weight;  // [out, in]
+  const float* bias;  // [out] or nullptr
   int64_t out;
 };
 
@@ -88,20 +105,30 @@ void attention(float* context,       // [T, H * D]
 
 // The KV pool of one layer: num_blocks blocks of block_size slots, each slot [KVH, D].
 // Position p of a sequence lives in slot block_table[p / block_size] * block_size + p % block_size.
+// A pool is stored as f32, or to save memory as f16, bf16 (half) or q8_0 (blocks of 32 along D,
+// 34 bytes per 32 values: a bit over a quarter); a slot takes dtype_bytes_for(type, KVH * D) bytes.
+struct KvPool {
+  void* data = nullptr;
+  DType type = DType::F32;
+};
+// The pool types kv_cache_write accepts; q8_0 needs D to be a multiple of 32 (blocks never straddle
+// heads). Throws journey::Error naming the type and D otherwise.
+void check_kv_pool_type(DType type, int64_t D);
 
-// Write the k/v rows of T tokens at positions [start, start + T) into their slots.
-void kv_cache_write(float* k_pool,              // [num_blocks, block_size, KVH, D]
-                    float* v_pool,              // [num_blocks, block_size, KVH, D]
+// Write the k/v rows of T tokens at positions [start, start + T) into their slots (rounded or
+// quantized to the pool's type).
+void kv_cache_write(KvPool k_pool,              // [num_blocks, block_size, KVH, D]
+                    KvPool v_pool,              // [num_blocks, block_size, KVH, D]
                     const float* k,             // [T, KVH, D]
                     const float* v,             // [T, KVH, D]
                     const int32_t* block_table, // [ceil((start + T) / block_size)]
                     int64_t T, int64_t start, int64_t block_size, int64_t KVH, int64_t D);
 
-// attention() with K/V read from the pool through the block table.
+// attention() with K/V read from the pool through the block table (widened to f32 per row).
 void paged_attention(float* context,              // [T, H * D]
                      const float* q,              // [T, H, D]
-                     const float* k_pool,         // [num_blocks, block_size, KVH, D]
-                     const float* v_pool,         // [num_blocks, block_size, KVH, D]
+                     KvPool k_pool,               // [num_blocks, block_size, KVH, D]
+                     KvPool v_pool,               // [num_blocks, block_size, KVH, D]
                      const int32_t* block_table,  // [ceil(P / block_size)]
                      int64_t T, int64_t start, int64_t block_size, int64_t H, int64_t KVH, int64_t D,
                      float* scores_out,           // [H, T, P] or nullptr

@@ -546,11 +546,15 @@ void run_server(const ServerOptions& options, std::function<void(ServingParts&)>
         std::fprintf(stderr, "journey serve: requests with \"journey_trace\": true dump to %s/<id>/\n",
                      options.trace_dir.c_str());
       }
-      std::fprintf(stderr, "journey serve: %s ready on http://%s:%d (%lld KV blocks of %lld tokens, context %lld)\n",
+      const int64_t kv_tokens = engine->num_kv_blocks() * state.parts.engine_config.block_size;
+      const int64_t kv_bytes = engine->num_kv_blocks() * state.parts.backend->kv_block_bytes(state.parts.engine_config.block_size);
+      std::fprintf(stderr,
+                   "journey serve: %s ready on http://%s:%d (%lld KV blocks of %lld tokens = %lld tokens in %.1f MiB, "
+                   "context %lld)\n",
                    options.served_model_name.c_str(), options.host.c_str(), options.port,
                    static_cast<long long>(engine->num_kv_blocks()),
-                   static_cast<long long>(state.parts.engine_config.block_size),
-                   static_cast<long long>(engine->max_model_len()));
+                   static_cast<long long>(state.parts.engine_config.block_size), static_cast<long long>(kv_tokens),
+                   double(kv_bytes) / double(1 << 20), static_cast<long long>(engine->max_model_len()));
       state.loop = std::make_unique<EngineLoop>(std::move(engine), state.metrics);
       state.ready = true;
     } catch (const std::exception& e) {

@@ -57,7 +57,7 @@ void ReferenceOps::paged_attention(float* context, const float* q, const float* 
 
 void CpuOpsUnderTest::embedding_gather(float* out, const HostMatrix& table, const int32_t* tokens, int64_t T,
                                        int64_t E) {
-  ops_.embedding_gather(out, f32_of(table, "embedding_gather"), tokens, T, E);
+  ops_.embedding_gather(out, cpu::WeightView{table.bytes, table.type}, tokens, T, E);
 }
 void CpuOpsUnderTest::rms_norm(float* out, const float* x, const float* weight, int64_t R, int64_t N, float eps) {
   ops_.rms_norm(out, x, weight, R, N, eps);
@@ -68,12 +68,12 @@ void CpuOpsUnderTest::rope(float* x, const int64_t* positions, int64_t T, int64_
 }
 void CpuOpsUnderTest::linear(float* y, const float* x, const HostMatrix& weight, const float* bias, int64_t T,
                              int64_t in, int64_t out) {
-  ops_.linear(y, x, f32_of(weight, "linear"), bias, T, in, out, threads_);
+  ops_.linear(y, x, cpu::WeightView{weight.bytes, weight.type}, bias, T, in, out, threads_);
 }
 void CpuOpsUnderTest::linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const HostTarget> targets) {
   std::vector<cpu::LinearTarget> fast;
   for (const HostTarget& t : targets)
-    fast.push_back({t.y, f32_of(t.weight, "linear_shared_input"), t.bias, t.weight.rows});
+    fast.push_back({t.y, cpu::WeightView{t.weight.bytes, t.weight.type}, t.bias, t.weight.rows});
   ops_.linear_shared_input(x, T, in, fast, threads_);
 }
 void CpuOpsUnderTest::softmax(float* x, int64_t R, int64_t N) { ops_.softmax(x, R, N); }
@@ -89,13 +89,15 @@ void CpuOpsUnderTest::attention(float* context, const float* q, const float* k, 
 void CpuOpsUnderTest::kv_cache_write(float* k_pool, float* v_pool, const float* k, const float* v,
                                      const int32_t* block_table, int64_t T, int64_t start, int64_t block_size,
                                      int64_t KVH, int64_t D, int64_t) {
-  ops_.kv_cache_write(k_pool, v_pool, k, v, block_table, T, start, block_size, KVH, D);
+  ops_.kv_cache_write(cpu::KvPool{k_pool, DType::F32}, cpu::KvPool{v_pool, DType::F32}, k, v, block_table, T, start,
+                      block_size, KVH, D);
 }
 void CpuOpsUnderTest::paged_attention(float* context, const float* q, const float* k_pool, const float* v_pool,
                                       const int32_t* block_table, int64_t T, int64_t start, int64_t block_size,
                                       int64_t H, int64_t KVH, int64_t D, float* scores_out, float* weights_out, int64_t) {
-  ops_.paged_attention(context, q, k_pool, v_pool, block_table, T, start, block_size, H, KVH, D, scores_out,
-                       weights_out, threads_);
+  ops_.paged_attention(context, q, cpu::KvPool{const_cast<float*>(k_pool), DType::F32},
+                       cpu::KvPool{const_cast<float*>(v_pool), DType::F32}, block_table, T, start, block_size, H, KVH, D,
+                       scores_out, weights_out, threads_);
 }
 
 }  // namespace journey::optest

@@ -91,6 +91,11 @@ class CpuOpsUnderTest : public OpBackend {
  public:
   CpuOpsUnderTest(CpuOps ops, int threads) : ops_(ops), threads_(threads) {}
   std::string name() const override { return "cpu"; }
+  // Every type the fast backend multiplies as stored.
+  std::vector<DType> weight_types() const override {
+    return {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+            DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  }
   bool has_linear_shared_input() const override { return true; }
   void embedding_gather(float* out, const HostMatrix& table, const int32_t* tokens, int64_t T, int64_t E) override;
   void rms_norm(float* out, const float* x, const float* weight, int64_t R, int64_t N, float eps) override;

@@ -3,11 +3,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <random>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/numeric.h"
+#include "quant/dequantize.h"
+#include "quant/quantize.h"
 #include "reference/ops.h"
 
 namespace journey::optest {
@@ -59,22 +62,23 @@ struct TestMatrix {
   HostMatrix view() const { return {type, bytes.data(), rows, cols}; }
 };
 
+// Stored with the quant module's reference quantizer (llama.cpp's, bit for bit) and widened back
+// with its reference dequantizer: the values the reference multiplies by are exactly the file's.
 TestMatrix make_matrix(const std::vector<float>& values, int64_t rows, int64_t cols, DType type) {
   TestMatrix m{type, {}, values, rows, cols};
-  if (type == DType::F32) {
-    m.bytes.resize(values.size() * 4);
-    std::memcpy(m.bytes.data(), values.data(), m.bytes.size());
-  } else if (type == DType::BF16 || type == DType::F16) {
-    m.bytes.resize(values.size() * 2);
-    for (size_t i = 0; i < values.size(); ++i) {
-      const uint16_t bits = type == DType::BF16 ? f32_to_bf16(values[i]) : f32_to_f16(values[i]);
-      std::memcpy(m.bytes.data() + 2 * i, &bits, 2);
-      m.widened[i] = type == DType::BF16 ? bf16_to_f32(bits) : f16_to_f32(bits);
-    }
-  } else {
-    fail("op test: no test matrices of type ", dtype_name(type), " yet");
-  }
+  const int64_t n = rows * cols;
+  m.bytes.resize(size_t(dtype_bytes_for(type, n)));
+  quant::quantize(type, values.data(), m.bytes.data(), n);
+  quant::dequantize(type, m.bytes.data(), m.widened.data(), n);
   return m;
+}
+
+// Row lengths for a weight type: the odd sizes for the plain types, whole blocks otherwise
+// (1, 3 and 17 blocks: one block, a few, and more than a 16-group chunk of the integer kernel).
+std::vector<int64_t> row_lengths(DType type, std::initializer_list<int64_t> plain) {
+  const int64_t block = dtype_block_size(type);
+  if (block == 1) return plain;
+  return {block, 3 * block, 17 * block};
 }
 
 std::string sizes(std::initializer_list<std::pair<const char*, int64_t>> dims) {
@@ -108,11 +112,50 @@ class Checker {
     }
   }
 
+  // A product y = x W^T against the reference's. f32 weights: NMSE (only the summation order
+  // differs). Stored types round the activations, and a single output can be a near-cancelling sum
+  // whose own magnitude says nothing about the error's, so the error is measured against the power
+  // the outputs have when their terms do not cancel, sum_k (sum_t x[t,k]^2) (sum_o W[o,k]^2): for an
+  // error from rounding x that is the NMSE of the rounded x, whatever the cancellation; a wrong
+  // weight (nibble, scale, minimum) gives ~1 (op_check.h gives the bounds).
+  void compare_product(const std::string& op, const std::string& where, const Guarded& ours,
+                       const std::vector<float>& want, const std::vector<float>& x, const TestMatrix& w,
+                       double tolerance, const char* output = "") {
+    if (w.type == DType::F32) return compare(op, where, ours, want, tolerance, output);
+    const std::vector<float> got = ours.values();
+    const int64_t in = w.cols, T = int64_t(x.size()) / in;
+    double error = 0, power = 0;
+    for (size_t i = 0; i < got.size(); ++i) error += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    for (int64_t k = 0; k < in; ++k) {
+      double x_power = 0, w_power = 0;
+      for (int64_t t = 0; t < T; ++t) x_power += double(x[size_t(t * in + k)]) * x[size_t(t * in + k)];
+      for (int64_t o = 0; o < w.rows; ++o) w_power += double(w.widened[size_t(o * in + k)]) * w.widened[size_t(o * in + k)];
+      power += x_power * w_power;
+    }
+    const double relative = error / power;
+    worst_[w.type] = std::max(worst_[w.type], relative);
+    // the guards and the NaN poison as compare() checks them, with an infinite NMSE bound
+    compare(op, where, ours, want, std::numeric_limits<double>::infinity(), output);
+    if (!(relative <= tolerance)) {
+      std::ostringstream what;
+      what << "relative error " << relative << " > " << tolerance << (*output ? std::string(" (") + output + ")" : "");
+      for (size_t i = 0; i < got.size(); ++i)
+        if (!(std::abs(got[i] - want[i]) <= 1e-6f * std::abs(want[i]))) {
+          what << "; first difference at [" << i << "]: " << got[i] << " vs reference " << want[i];
+          break;
+        }
+      failures.push_back({op, where, what.str()});
+    }
+  }
+
+  // The largest error of a product seen per stored type (compare_product's measure).
+  const std::map<DType, double>& worst() const { return worst_; }
+
   void embedding_gather() {
     for (int64_t V : {1, 17, 63})
-      for (int64_t E : {1, 3, 17, 63, 4097})
-        for (int64_t T : {1, 3, 17})
-          for (DType type : b_.weight_types()) {
+      for (DType type : b_.weight_types())
+        for (int64_t E : row_lengths(type, {1, 3, 17, 63, 4097}))
+          for (int64_t T : {1, 3, 17}) {
             const std::string where = sizes({{"V", V}, {"E", E}, {"T", T}}) + " " + std::string(dtype_name(type));
             TestMatrix table = make_matrix(random_floats(size_t(V * E), seed()), V, E, type);
             std::vector<int32_t> tokens(static_cast<size_t>(T));
@@ -172,29 +215,31 @@ class Checker {
 
   void linear() {
     int variant = 0;
-    for (int64_t T : {1, 2, 3, 17, 33})
-      for (int64_t in : {1, 3, 17, 63, 4097})
-        for (int64_t out : {1, 3, 17, 63, 257})
-          for (DType type : b_.weight_types()) {
+    for (DType type : b_.weight_types())
+      for (int64_t in : row_lengths(type, {1, 3, 17, 63, 4097}))
+        for (int64_t out : {1, 3, 17, 63, 257}) {
+          // one matrix for every token count (the K types' quantizer searches, so it is not cheap)
+          const TestMatrix w = make_matrix(random_floats(size_t(out * in), seed(), 0.5f), out, in, type);
+          const auto bias = random_floats(size_t(out), seed());
+          for (int64_t T : {1, 2, 3, 17, 33}) {
             const bool with_bias = (variant++ % 2) == 1;
             const std::string where = sizes({{"T", T}, {"in", in}, {"out", out}}) + " " + std::string(dtype_name(type)) +
                                       (with_bias ? " +bias" : "");
             auto x = random_floats(size_t(T * in), seed());
-            TestMatrix w = make_matrix(random_floats(size_t(out * in), seed(), 0.5f), out, in, type);
-            auto bias = random_floats(size_t(out), seed());
             std::vector<float> want(static_cast<size_t>(T * out));
             reference::linear(want.data(), x.data(), w.widened.data(), with_bias ? bias.data() : nullptr, T, in, out);
             Guarded y(static_cast<size_t>(T * out));
             b_.linear(y.data(), x.data(), w.view(), with_bias ? bias.data() : nullptr, T, in, out);
-            compare("linear", where, y, want, type == DType::F32 ? kReordered : weight_tolerance(type));
+            compare_product("linear", where, y, want, x, w, weight_tolerance(type));
           }
+        }
   }
 
   void linear_shared_input() {
     if (!b_.has_linear_shared_input()) return;
     for (int64_t T : {1, 3, 17})
-      for (int64_t in : {17, 4097})
-        for (DType type : b_.weight_types()) {
+      for (DType type : b_.weight_types())
+        for (int64_t in : row_lengths(type, {17, 4097})) {
           const std::string where = sizes({{"T", T}, {"in", in}}) + " outs=17,3,257 " + std::string(dtype_name(type));
           const std::vector<int64_t> outs = {17, 3, 257};
           auto x = random_floats(size_t(T * in), seed());
@@ -215,8 +260,8 @@ class Checker {
             std::vector<float> want(static_cast<size_t>(T * outs[i]));
             reference::linear(want.data(), x.data(), weights[i].widened.data(), i == 1 ? nullptr : biases[i].data(), T,
                               in, outs[i]);
-            compare("linear_shared_input", where, ys[i], want, type == DType::F32 ? kReordered : weight_tolerance(type),
-                    i == 0 ? "target 0" : i == 1 ? "target 1" : "target 2");
+            compare_product("linear_shared_input", where, ys[i], want, x, weights[i], weight_tolerance(type),
+                            i == 0 ? "target 0" : i == 1 ? "target 1" : "target 2");
           }
         }
   }
@@ -326,6 +371,7 @@ class Checker {
 
  private:
   uint32_t seed() { return next_seed_++; }
+  std::map<DType, double> worst_;
   OpBackend& b_;
   uint32_t next_seed_ = 1;
 };
@@ -337,11 +383,15 @@ double weight_tolerance(DType type) {
     case DType::F32: return kReordered;
     case DType::F16: return 1e-6;
     case DType::BF16: return 1e-4;
+    case DType::Q8_0: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1:
+      return 5e-4;  // x quantized to Q8_0 (up to 16 tokens): ~2.7e-5 on average (op_check.h)
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+      return 1e-3;  // x quantized to Q8_K (one scale per 256): ~5e-5 on average
     default: fail("op test: no tolerance for weights of type ", dtype_name(type), " yet");
   }
 }
 
-std::vector<OpFailure> check_ops(OpBackend& backend) {
+std::vector<OpFailure> check_ops(OpBackend& backend, std::map<DType, double>* worst_product_error) {
   Checker c(backend);
   auto guarded = [&](const char* op, auto&& run) {
     try {
@@ -359,6 +409,7 @@ std::vector<OpFailure> check_ops(OpBackend& backend) {
   guarded("swiglu/residual_add", [&] { c.elementwise(); });
   guarded("attention", [&] { c.attention(); });
   guarded("kv_cache_write/paged_attention", [&] { c.paged(); });
+  if (worst_product_error) *worst_product_error = c.worst();
   return c.failures;
 }
 

@@ -62,3 +62,15 @@ TEST_CASE("bench: a run longer than the model's context is refused with the numb
   CHECK_THROWS_WITH_AS(run_bench(*backend, {.prompt_tokens = 60, .gen_tokens = 10}),
                        doctest::Contains("60 prompt + 10 generated tokens exceed the model's context of 64"), Error);
 }
+
+TEST_CASE("bench: bytes per decoded token as stored: f16 matrices count 2 bytes a weight, norms 4") {
+  const ModelConfig config = testmodel::tiny_config("llama");  // untied: the embedding is not read
+  const auto values = testmodel::random_values(config, 3);
+  const LoadedModel f16 = testmodel::make_model(config, values, DType::F16);
+  double expected = 0;
+  for (const auto& [shape, v] : values)
+    if (shape.name != "model.embed_tokens.weight") expected += (shape.is_norm ? 4.0 : 2.0) * double(v.size());
+  CHECK(decode_bytes_per_token(config, f16.weights) == doctest::Approx(expected).epsilon(1e-12));
+  CHECK(weight_type_summary(f16.weights).find("f16 x ") != std::string::npos);
+  CHECK(prefill_path(testmodel::make_model(config, values).weights) == "f32");  // f32 weights: Eigen's GEMM
+}

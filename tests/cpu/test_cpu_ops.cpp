@@ -29,7 +29,7 @@ TEST_CASE("linear matches the scalar loop for odd sizes, with and without bias, 
           auto w = scalar::random_vector(size_t(out * in), 2);
           auto b = scalar::random_vector(size_t(out), 3);
           std::vector<float> y(size_t(T * out) + 8, kSentinel);  // sentinels after the output catch stray writes
-          cpu::linear(y.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, T, in, out, threads);
+          cpu::linear(y.data(), x.data(), cpu::WeightView{w.data()}, with_bias ? b.data() : nullptr, T, in, out, threads);
           auto expected = scalar::linear(x, w, with_bias ? b.data() : nullptr, T, in, out);
           CHECK(scalar::nmse(y.data(), expected.data(), expected.size()) < kOpTolerance);
           for (size_t i = expected.size(); i < y.size(); ++i) CHECK(y[i] == kSentinel);
@@ -58,12 +58,12 @@ TEST_CASE("linear_shared_input gives exactly what one linear() per target gives"
         alone.emplace_back(size_t(T * outs[i]) + 8, kSentinel);
       }
       for (size_t i = 0; i < outs.size(); ++i)
-        targets.push_back({together[i].data(), weights[i].data(), i == 1 ? nullptr : biases[i].data(), outs[i]});
+        targets.push_back({together[i].data(), cpu::WeightView{weights[i].data()}, i == 1 ? nullptr : biases[i].data(), outs[i]});
       cpu::linear_shared_input(x.data(), T, in, targets, threads);
       for (size_t i = 0; i < outs.size(); ++i) {
         CAPTURE(i);
-        cpu::linear(alone[i].data(), x.data(), weights[i].data(), i == 1 ? nullptr : biases[i].data(), T, in, outs[i],
-                    threads);
+        cpu::linear(alone[i].data(), x.data(), cpu::WeightView{weights[i].data()}, i == 1 ? nullptr : biases[i].data(), T,
+                    in, outs[i], threads);
         CHECK(together[i] == alone[i]);  // includes the sentinels after the outputs
         CHECK(together[i][size_t(T * outs[i])] == kSentinel);
       }
@@ -82,7 +82,7 @@ TEST_CASE("linear computes every row block even inside a parallel region (a team
 #pragma omp parallel num_threads(2)
   {
 #pragma omp single
-    cpu::linear(y.data(), x.data(), w.data(), nullptr, T, in, out, 3);
+    cpu::linear(y.data(), x.data(), cpu::WeightView{w.data()}, nullptr, T, in, out, 3);
   }
   CHECK(scalar::nmse(y, expected) < kOpTolerance);
 }

@@ -1,0 +1,105 @@
+// The fast backend's inner loops on weights AS STORED (f32, f16, bf16 and the GGML block types),
+// compiled once per instruction set and chosen at run time.
+//
+// kernels_impl.inc holds the code; kernels_generic.cpp, kernels_avx2.cpp and kernels_avx512.cpp
+// (and kernels_avx512bf16.cpp for the bf16 dot-product kernel) include it, each compiled with its
+// own -m flags (CMake), so a baseline x86-64 build (CI, JOURNEY_NATIVE=OFF) still runs AVX-512
+// code on a CPU that has it. (Target attributes on functions, as gemm.cpp once used, do not
+// reach intrinsics called from inlined templates; whole files per instruction set do.)
+//
+// How a block-quantized row meets an activation row (llama.cpp's scheme):
+//   - the activations are quantized to int8 once per product: Q8_0 (one f32 scale per 32) for the
+//     legacy types, Q8_K (one scale per 256, llama.cpp's quantize_row_q8_K) for the K types;
+//   - a weight row is unpacked into raw unsigned quants q (u8, one per weight) and, per group of
+//     16 weights, a scale s and an offset o, so that every type reads  w = s * (q - z) - o
+//     with an integer zero point z fixed by the type (Q4_0: 8, Q8_0: 128, Q6_K: 32, ...);
+//   - the dot product of a row with an activation row is then, per group g of 16,
+//       s[g] * dx[g] * (sum_k q[k] * xq[k]  -  z * sum_k xq[k])  -  o[g] * dx[g] * sum_k xq[k]
+//     where the integer sum is one AVX512-VNNI instruction per 64 weights (vpdpbusd: u8 x s8).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace journey::cpu::kernels {
+
+enum class Isa {
+  Generic,  // x86-64 baseline (SSE2) or any other CPU: 4-float vectors, plain C++ integer dots
+  Avx2,     // AVX2 + FMA + F16C: 8-float vectors
+  Avx512,   // AVX-512 F/BW/VL + VNNI + F16C: 16-float vectors, vpdpbusd integer dots
+};
+
+Isa best_isa();
+bool supports(Isa isa);
+const char* isa_name(Isa isa);
+// AVX512-BF16 (vdpbf16ps: 32 bf16 products per instruction, f32 sums): the prefill path of bf16
+// and block-quantized weights. False where the CPU lacks it; then prefill widens to f32.
+bool has_bf16_dot();
+
+// The zero point z and whether the type has per-group offsets o (a minimum) after unpacking.
+int unpacked_zero(DType type);
+bool unpacked_has_offset(DType type);
+// Weights per unpacked group (scale, offset): 16 for every block type.
+inline constexpr int64_t kGroup = 16;
+
+// One token row of activations quantized for dot products with block-quantized rows.
+struct QuantizedActivations {
+  const int8_t* q;      // [in]
+  const float* dx;      // [in / 16] the activation scale of each group of 16
+  const int32_t* gsum;  // [in / 16] sum of q over each group
+  const float* xs;      // [in / 16] dx * gsum
+};
+
+struct KernelTable {
+  // Unpack n weights (whole blocks) of one row of a block type: q [n] raw unsigned quants,
+  // s and o [n / 16] (see above).
+  void (*unpack_row)(DType type, const void* row, int64_t n, uint8_t* q, float* s, float* o);
+  // The dot product of an unpacked row with a quantized activation row of n values.
+  float (*dot)(const uint8_t* q, const float* s, const float* o, int zero, bool has_offset,
+               const QuantizedActivations& x, int64_t n);
+  // out[k] = s[g] * (q[k] - zero) - o[g]: an unpacked row back to f32 (prefill fallback).
+  void (*dequantize_unpacked)(const uint8_t* q, const float* s, const float* o, int zero, int64_t n, float* out);
+  // Columns [row_begin, row_end) of y = x W^T (+ bias) for W in F32, F16 or BF16 ([out, in]
+  // row-major as stored), every weight widened to f32 in registers: the register-tiled kernel of
+  // gemm.h.
+  void (*float_rows)(DType type, float* y, const float* x, const void* weight, const float* bias, int64_t T,
+                     int64_t in, int64_t out, int64_t row_begin, int64_t row_end);
+  // The dot product of one stored row of a type has_fused_dot() lists with one quantized activation
+  // row, the blocks widened in registers (decode: no unpacked copy to write and read back); NaN for
+  // other types. nullptr on instruction sets without it (AVX512-VNNI only).
+  float (*dot_row)(DType type, const void* row, const QuantizedActivations& x, int64_t n);
+};
+
+const KernelTable& table(Isa isa);  // falls back to the best supported Isa
+
+// The types KernelTable::dot_row multiplies: the legacy types, Q4_K and Q6_K (Q4_K_M's two).
+inline bool has_fused_dot(DType type) {
+  return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 ||
+         type == DType::Q5_1 || type == DType::Q4_K || type == DType::Q6_K;
+}
+
+// The instructions behind the products, for journey bench's ceilings.
+enum class PeakKind { F32Fma, Int8Dot, Bf16Dot };
+// Operations (2 per multiply-add) one thread does per second in a register-resident loop of the
+// instruction (f32 FMA of the best Isa, AVX512-VNNI vpdpbusd, AVX512-BF16 vdpbf16ps), measured for
+// about `seconds`; 0 when the CPU lacks it.
+double peak_rate(PeakKind kind, double seconds = 0.2);
+
+// ---- AVX512-BF16 (only when has_bf16_dot()) ---------------------------------------------------
+
+// out[i] = x[i] rounded to bf16 (nearest even).
+void to_bf16(const float* x, uint16_t* out, int64_t n);
+
+// Scratch one thread of bf16_rows needs (bytes), for rows of `in` weights.
+size_t bf16_rows_scratch_bytes();
+
+// Columns [row_begin, row_end) of y = x W^T (+ bias) with x rounded to bf16 ([T, in], see to_bf16)
+// and W of `type` [out, in] row-major, `row_bytes` bytes per row: BF16 rows are read as stored,
+// block-quantized rows are dequantized to bf16 a panel (a few rows x a slice of `in`) at a time
+// into `scratch`, then multiplied by vdpbf16ps with f32 sums. For prefill: each panel is used by
+// every token.
+void bf16_rows(DType type, float* y, const uint16_t* x, const void* weight, size_t row_bytes, const float* bias,
+               int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end, void* scratch);
+
+}  // namespace journey::cpu::kernels

@@ -1,0 +1,188 @@
+// cpu::linear per weight type (the table in typed_linear.h).
+#include "cpu/typed_linear.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "cpu/gemm.h"
+#include "cpu/kernels.h"
+
+namespace journey::cpu {
+
+namespace {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatrixMap = Eigen::Map<RowMatrix>;
+using ConstMatrixMap = Eigen::Map<const RowMatrix>;
+
+// Per-thread scratch of the typed paths, kept across calls (OpenMP threads persist).
+struct Scratch {
+  std::vector<uint8_t> q;              // [in] one weight row unpacked
+  std::vector<float> s, o;             // [in / 16]
+  HugePageFloats rows;                 // [kFallbackRows, in] rows widened to f32 (no AVX512-BF16)
+  std::vector<unsigned char> bf16;     // kernels::bf16_rows's panel
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+template <typename V>
+void ensure(V& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+// Rows widened to f32 per fallback chunk: 16 rows of 5632 floats stay in L2 (360 KB).
+constexpr int64_t kFallbackRows = 16;
+
+// Which activation blocks a block type multiplies with: llama.cpp's vec_dot_type.
+int64_t activation_block(DType type) { return dtype_block_size(type) == 256 ? 256 : 32; }
+
+// f32 weights, columns [begin, end): up to 16 tokens the tile kernel of gemm.h; one token and more
+// than 16 Eigen. Measured on a 2-core AVX-512 Xeon (docs/performance.md): one token, Eigen's GEMV
+// decodes the 1.1B shape at 7.2 tok/s against 6.5 for the kernel; 16 tokens, the kernel ~15% faster
+// on single products; 32 tokens, Eigen ~8% faster.
+void f32_block(const LinearTarget& target, const float* x, int64_t T, int64_t in, int64_t begin, int64_t end) {
+  const float* weight = static_cast<const float*>(target.weight.data);
+  const int64_t out = target.out;
+  if (T > 1 && T <= kSmallBatchTokens) {
+    gemm::linear_rows(gemm::best_isa(), target.y, x, weight, target.bias, T, in, out, begin, end);
+    return;
+  }
+  ConstMatrixMap X(x, T, in);          // [T, in]
+  ConstMatrixMap W(weight, out, in);   // [out, in]
+  MatrixMap Y(target.y, T, out);       // [T, out]
+  // Eigen packs the weight block fastest as the right-hand side of a product with a column-major
+  // result (measured ~15% faster than writing the row-major Y directly). Inside a parallel region
+  // Eigen runs serially.
+  Eigen::MatrixXf block = X * W.middleRows(begin, end - begin).transpose();  // [T, end - begin] column-major
+  Y.middleCols(begin, end - begin) = block;
+  if (target.bias)
+    Y.middleCols(begin, end - begin).rowwise() += Eigen::Map<const Eigen::RowVectorXf>(target.bias + begin, end - begin);
+}
+
+}  // namespace
+
+void QuantizedInput::quantize(const float* x, int64_t T, int64_t in_, int64_t block) {
+  in = in_;
+  const int64_t groups = in / kernels::kGroup;
+  q.resize(size_t(T * in));
+  dx.resize(size_t(T * groups));
+  xs.resize(size_t(T * groups));
+  gsum.resize(size_t(T * groups));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = x + t * in;
+    int8_t* qr = q.data() + t * in;
+    for (int64_t b0 = 0; b0 < in; b0 += block) {
+      float d = 0, inverse = 0;
+      if (block == 32) {  // llama.cpp quantize_row_q8_0_ref: d = max|x| / 127, q = round(x / d)
+        float amax = 0;
+        for (int64_t j = 0; j < block; ++j) amax = std::max(amax, std::fabs(row[b0 + j]));
+        d = amax / 127.0f;
+        inverse = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int64_t j = 0; j < block; ++j) qr[b0 + j] = int8_t(std::lround(row[b0 + j] * inverse));
+      } else {  // llama.cpp quantize_row_q8_K_ref: the value of largest magnitude maps to -127
+        float amax = 0, max = 0;
+        for (int64_t j = 0; j < block; ++j)
+          if (std::fabs(row[b0 + j]) > amax) amax = std::fabs(row[b0 + j]), max = row[b0 + j];
+        if (amax != 0.0f) {
+          inverse = -127.0f / max;
+          d = 1.0f / inverse;
+        }
+        for (int64_t j = 0; j < block; ++j)
+          qr[b0 + j] = int8_t(std::min<long>(127, std::lrint(inverse * row[b0 + j])));
+      }
+      for (int64_t g = b0 / kernels::kGroup; g < (b0 + block) / kernels::kGroup; ++g) {
+        int32_t sum = 0;
+        for (int64_t k = 0; k < kernels::kGroup; ++k) sum += qr[g * kernels::kGroup + k];
+        gsum[size_t(t * groups + g)] = sum;
+        dx[size_t(t * groups + g)] = d;
+        xs[size_t(t * groups + g)] = d * float(sum);
+      }
+    }
+  }
+}
+
+PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets)
+    : x_(x), T_(T), in_(in) {
+  bool q8_0 = false, q8_k = false, bf16 = false;
+  for (const LinearTarget& target : targets) {
+    const DType type = target.weight.type;
+    if (dtype_is_quantized(type)) {
+      if (T > kSmallBatchTokens) bf16 = bf16 || kernels::has_bf16_dot();
+      else if (activation_block(type) == 32) q8_0 = true;
+      else q8_k = true;
+    } else if (type == DType::BF16 && T > kSmallBatchTokens) {
+      bf16 = bf16 || kernels::has_bf16_dot();
+    } else if (type != DType::F32 && type != DType::F16 && type != DType::BF16) {
+      fail("linear: weights of type ", dtype_name(type), " cannot be multiplied (expected f32, f16, bf16 or a block type)");
+    }
+  }
+  if (q8_0) q8_0_.quantize(x, T, in, 32);
+  if (q8_k) q8_k_.quantize(x, T, in, 256);
+  if (bf16) {
+    bf16_.resize(size_t(T * in));
+    kernels::to_bf16(x, bf16_.data(), T * in);
+  }
+}
+
+void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t end) const {
+  if (end <= begin) return;
+  const DType type = target.weight.type;
+  const int64_t T = T_, in = in_, out = target.out;
+  const kernels::KernelTable& k = kernels::table(kernels::best_isa());
+  if (type == DType::F32) return f32_block(target, x_, T, in, begin, end);
+  const bool prefill = T > kSmallBatchTokens;
+  const bool bf16_path = prefill && kernels::has_bf16_dot() && type != DType::F16;
+  const size_t row_bytes = size_t(dtype_bytes_for(type, in));
+  const char* weight = static_cast<const char*>(target.weight.data);
+  if (bf16_path) {
+    Scratch& s = scratch();
+    ensure(s.bf16, kernels::bf16_rows_scratch_bytes());
+    kernels::bf16_rows(type, target.y, bf16_.data(), weight, row_bytes, target.bias, T, in, out, begin, end,
+                       s.bf16.data());
+    return;
+  }
+  if (!dtype_is_quantized(type))  // f16, bf16: widened in registers
+    return k.float_rows(type, target.y, x_, weight, target.bias, T, in, out, begin, end);
+
+  Scratch& s = scratch();
+  const int64_t groups = in / kernels::kGroup;
+  ensure(s.q, size_t(in));
+  ensure(s.s, size_t(groups));
+  ensure(s.o, size_t(groups));
+  const int zero = kernels::unpacked_zero(type);
+  if (prefill) {  // no AVX512-BF16: chunks of rows dequantized to f32, then the f32 tile kernel
+    ensure(s.rows, size_t(kFallbackRows * in));
+    for (int64_t r0 = begin; r0 < end; r0 += kFallbackRows) {
+      const int64_t n = std::min(kFallbackRows, end - r0);
+      for (int64_t r = 0; r < n; ++r) {
+        k.unpack_row(type, weight + (r0 + r) * row_bytes, in, s.q.data(), s.s.data(), s.o.data());
+        k.dequantize_unpacked(s.q.data(), s.s.data(), s.o.data(), zero, in, s.rows.data() + r * in);
+      }
+      k.float_rows(DType::F32, target.y + r0, x_, s.rows.data(), target.bias ? target.bias + r0 : nullptr, T, in, out,
+                   0, n);
+    }
+    return;
+  }
+  const QuantizedInput& qx = activation_block(type) == 32 ? q8_0_ : q8_k_;
+  const bool has_offset = kernels::unpacked_has_offset(type);
+  if (T == 1 && k.dot_row && kernels::has_fused_dot(type)) {  // decode: blocks widened in registers
+    const kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
+    for (int64_t r = begin; r < end; ++r)
+      target.y[r] = (target.bias ? target.bias[r] : 0.0f) + k.dot_row(type, weight + r * row_bytes, x, in);
+    return;
+  }
+  for (int64_t r = begin; r < end; ++r) {
+    k.unpack_row(type, weight + r * row_bytes, in, s.q.data(), s.s.data(), s.o.data());
+    const float bias = target.bias ? target.bias[r] : 0.0f;
+    for (int64_t t = 0; t < T; ++t) {
+      const kernels::QuantizedActivations xt{qx.q.data() + t * in, qx.dx.data() + t * groups,
+                                             qx.gsum.data() + t * groups, qx.xs.data() + t * groups};
+      target.y[t * out + r] = bias + k.dot(s.q.data(), s.s.data(), s.o.data(), zero, has_offset, xt, in);
+    }
+  }
+}
+
+}  // namespace journey::cpu

@@ -1,0 +1,55 @@
+// How cpu::linear multiplies each weight type as stored (ops.h). linear_shared_input prepares the
+// input once per call in the forms its targets' types need (PreparedInput), then every thread
+// runs its block of rows of every target (run_block):
+//
+//   weight type   1 token (decode) .. 16 tokens            more than 16 tokens (prefill)
+//   f32           Eigen GEMV (1) / tile kernel (2..16)     Eigen GEMM
+//   f16           tile kernel, f16 widened in registers (F16C)
+//   bf16          tile kernel, bf16 widened in registers   vdpbf16ps, x rounded to bf16 (AVX512-BF16)
+//   block types   x -> Q8_0 / Q8_K, integer dots           vdpbf16ps on panels dequantized to bf16
+//                 (vpdpbusd on AVX512-VNNI)                 (without AVX512-BF16: panels in f32)
+//
+// f16 and bf16 up to 16 tokens are exact products of the stored weights (f32 sums); the other
+// paths round the activations (to 8 bits per block, or to bf16): the op test's tolerance per type
+// says by how much (tests/backends/op_check.cpp).
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cpu/huge_pages.h"
+#include "cpu/ops.h"
+
+namespace journey::cpu {
+
+// The most tokens that take the small-batch paths (decode and batched decode of up to 16
+// sequences); more is prefill.
+inline constexpr int64_t kSmallBatchTokens = 16;
+
+// x quantized to 8 bits per block, row by row: llama.cpp's Q8_0 (scale per 32: d = max|x| / 127)
+// or Q8_K (scale per 256: d = -max / 127 where max is the value of largest magnitude), with the
+// sums of each group of 16 quants that the offsets and zero points of the weights need.
+struct QuantizedInput {
+  int64_t in = 0;
+  std::vector<int8_t> q;        // [T, in]
+  std::vector<float> dx, xs;    // [T, in / 16] scale of each group; scale * sum of the group's quants
+  std::vector<int32_t> gsum;    // [T, in / 16] sum of the group's quants
+  void quantize(const float* x, int64_t T, int64_t in, int64_t block);  // block: 32 (Q8_0) or 256 (Q8_K)
+};
+
+class PreparedInput {
+ public:
+  // Quantizes / rounds x as the targets' weight types need (single-threaded: small next to the
+  // products it feeds).
+  PreparedInput(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets);
+  // Columns [begin, end) of target's y = x W^T (+ bias).
+  void run_block(const LinearTarget& target, int64_t begin, int64_t end) const;
+
+ private:
+  const float* x_;
+  int64_t T_, in_;
+  QuantizedInput q8_0_, q8_k_;  // filled when a target needs them
+  HugePageVector<uint16_t> bf16_;  // [T, in] x rounded to bf16, for prefill on AVX512-BF16
+};
+
+}  // namespace journey::cpu

@@ -1,0 +1,163 @@
+// The typed kernels of cpu/kernels.h on EVERY instruction set this CPU runs (the op test in
+// tests/backends runs the best one only): unpacking each block type, the integer dot product
+// against Q8 activations, the f16/bf16 tile kernel, and the AVX512-BF16 prefill kernel — each
+// against a double-precision loop over the reference dequantizer's values (quant::dequantize).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "cpu/kernels.h"
+#include "cpu/typed_linear.h"
+#include "quant/dequantize.h"
+#include "quant/quantize.h"
+#include "reference/scalar_ops.h"
+
+using namespace journey;
+using cpu::kernels::Isa;
+
+namespace {
+
+const DType kBlockTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                             DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+    if (cpu::kernels::supports(isa)) isas.push_back(isa);
+    else MESSAGE("this CPU lacks ", cpu::kernels::isa_name(isa), "; not tested");
+  }
+  return isas;
+}
+
+std::vector<uint8_t> quantized(DType type, const std::vector<float>& values) {
+  std::vector<uint8_t> bytes(size_t(dtype_bytes_for(type, int64_t(values.size()))));
+  quant::quantize(type, values.data(), bytes.data(), int64_t(values.size()));
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("kernels: every block type unpacks to the reference dequantizer's values, on every instruction set") {
+  const int64_t n = 768;  // 3 K super-blocks, 24 legacy blocks
+  const auto values = scalar::random_vector(size_t(n), 5, 0.7f);
+  for (Isa isa : supported_isas()) {
+    const auto& k = cpu::kernels::table(isa);
+    for (DType type : kBlockTypes) {
+      CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type));
+      const auto bytes = quantized(type, values);
+      std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n)), s(static_cast<size_t>(n / 16)), o(static_cast<size_t>(n / 16));
+      std::vector<uint8_t> q(static_cast<size_t>(n));
+      quant::dequantize(type, bytes.data(), want.data(), n);
+      k.unpack_row(type, bytes.data(), n, q.data(), s.data(), o.data());
+      k.dequantize_unpacked(q.data(), s.data(), o.data(), cpu::kernels::unpacked_zero(type), n, got.data());
+      // (s * (q - z) - o rounds once or twice where the reference's formula rounds in its own order)
+      double worst = 0, scale = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        worst = std::max(worst, std::abs(double(got[i]) - want[i]));
+        scale = std::max(scale, std::abs(double(want[i])));
+      }
+      CHECK(worst <= 1e-6 * scale);
+      if (!cpu::kernels::unpacked_has_offset(type))  // symmetric types: no offsets at all
+        for (float offset : o) CHECK(offset == 0.0f);
+    }
+  }
+}
+
+TEST_CASE("kernels: the integer dot products (unpacked, and fused for decode) equal the double-precision dot of the dequantized values") {
+  for (int64_t n : {32, 256, 768, 4352}) {
+    const auto w_values = scalar::random_vector(size_t(n), 7, 0.5f);
+    const auto x_values = scalar::random_vector(size_t(n), 8, 2.0f);
+    for (Isa isa : supported_isas()) {
+      const auto& k = cpu::kernels::table(isa);
+      for (DType type : kBlockTypes) {
+        if (n % dtype_block_size(type) != 0) continue;
+        CAPTURE(n); CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type));
+        const auto bytes = quantized(type, w_values);
+        std::vector<float> w(static_cast<size_t>(n));
+        quant::dequantize(type, bytes.data(), w.data(), n);
+        cpu::QuantizedInput qx;
+        qx.quantize(x_values.data(), 1, n, dtype_block_size(type) == 256 ? 256 : 32);
+        double want = 0, magnitude = 0;  // the dot of the dequantized weights with the dequantized x
+        for (int64_t i = 0; i < n; ++i) {
+          const double x = double(qx.dx[size_t(i / 16)]) * qx.q[size_t(i)];
+          want += double(w[i]) * x;
+          magnitude += std::abs(double(w[i]) * x);
+        }
+        std::vector<uint8_t> q(static_cast<size_t>(n));
+        std::vector<float> s(static_cast<size_t>(n / 16)), o(static_cast<size_t>(n / 16));
+        k.unpack_row(type, bytes.data(), n, q.data(), s.data(), o.data());
+        const cpu::kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
+        const float got = k.dot(q.data(), s.data(), o.data(), cpu::kernels::unpacked_zero(type),
+                                cpu::kernels::unpacked_has_offset(type), x, n);
+        CHECK(std::abs(got - want) <= 1e-5 * magnitude);
+        if (k.dot_row && cpu::kernels::has_fused_dot(type)) {  // the fused decode path
+          const float fused = k.dot_row(type, bytes.data(), x, n);
+          CHECK(std::abs(fused - want) <= 1e-5 * magnitude);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("kernels: the f16 and bf16 tile kernel equals the f32 one on the widened weights") {
+  for (Isa isa : supported_isas()) {
+    const auto& k = cpu::kernels::table(isa);
+    for (DType type : {DType::F16, DType::BF16})
+      for (int64_t T : {1, 3, 17})
+        for (auto [in, out] : {std::pair<int64_t, int64_t>{37, 53}, {64, 5}, {2100, 13}}) {
+          CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type)); CAPTURE(T); CAPTURE(in);
+          const auto x = scalar::random_vector(size_t(T * in), 21);
+          const auto values = scalar::random_vector(size_t(out * in), 22);
+          std::vector<uint16_t> stored(values.size());
+          std::vector<float> widened(values.size());
+          for (size_t i = 0; i < values.size(); ++i) {
+            stored[i] = type == DType::F16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
+            widened[i] = type == DType::F16 ? f16_to_f32(stored[i]) : bf16_to_f32(stored[i]);
+          }
+          std::vector<float> got(static_cast<size_t>(T * out)), want(static_cast<size_t>(T * out));
+          k.float_rows(type, got.data(), x.data(), stored.data(), nullptr, T, in, out, 0, out);
+          k.float_rows(DType::F32, want.data(), x.data(), widened.data(), nullptr, T, in, out, 0, out);
+          CHECK(got == want);  // the same sums in the same order: bit for bit
+        }
+  }
+}
+
+TEST_CASE("kernels: the AVX512-BF16 prefill kernel equals a double-precision loop over bf16-rounded values") {
+  if (!cpu::kernels::has_bf16_dot()) {
+    MESSAGE("this CPU lacks AVX512-BF16; the prefill kernel is not tested (prefill widens to f32 instead)");
+    return;
+  }
+  for (DType type : {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+    for (int64_t T : {17, 40})
+      for (auto [in, out] : {std::pair<int64_t, int64_t>{256, 13}, {2304, 7}, {4608, 3}}) {  // 4608: three slices
+        CAPTURE(dtype_name(type)); CAPTURE(T); CAPTURE(in); CAPTURE(out);
+        const auto x = scalar::random_vector(size_t(T * in), 31);
+        const auto values = scalar::random_vector(size_t(out * in), 32, 0.5f);
+        const auto bias = scalar::random_vector(size_t(out), 33);
+        const auto bytes = quantized(type, values);
+        std::vector<float> w(values.size());
+        quant::dequantize(type, bytes.data(), w.data(), int64_t(values.size()));
+        std::vector<uint16_t> xb(x.size());
+        cpu::kernels::to_bf16(x.data(), xb.data(), int64_t(x.size()));
+        std::vector<unsigned char> scratch(cpu::kernels::bf16_rows_scratch_bytes());
+        const float sentinel = 12345.0f;
+        std::vector<float> got(static_cast<size_t>(T * out), sentinel);
+        // rows [1, out): row 0 must stay untouched
+        cpu::kernels::bf16_rows(type, got.data(), xb.data(), bytes.data(), size_t(dtype_bytes_for(type, in)),
+                                bias.data(), T, in, out, 1, out, scratch.data());
+        for (int64_t t = 0; t < T; ++t) {
+          CHECK(got[size_t(t * out)] == sentinel);
+          for (int64_t o = 1; o < out; ++o) {
+            double want = bias[size_t(o)], magnitude = std::abs(want);
+            for (int64_t i = 0; i < in; ++i) {
+              const double product = double(bf16_to_f32(xb[size_t(t * in + i)])) *
+                                     bf16_to_f32(f32_to_bf16(w[size_t(o * in + i)]));
+              want += product;
+              magnitude += std::abs(product);
+            }
+            CHECK(std::abs(got[size_t(t * out + o)] - want) <= 1e-5 * magnitude);
+          }
+        }
+      }
+}

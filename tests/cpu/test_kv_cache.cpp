@@ -1,0 +1,142 @@
+// The KV cache in lower precision (--kv-cache-dtype f16|bf16|q8_0, the fast CPU backend only):
+//   - the ops: writing rounds (f16/bf16 to nearest even) or quantizes (q8_0, llama.cpp's blocks of
+//     32) each K/V row, and paged attention over such a pool equals the reference's attention over
+//     an f32 pool holding the same rounded values;
+//   - the whole forward: logits with f16/bf16/q8_0 KV against f32 KV within a stated tolerance,
+//     the pool's bytes per block halved (f16/bf16) or at 34/128 (q8_0), copy_kv_block, and a q8_0
+//     pool refused for a head_dim its blocks do not divide.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include "core/error.h"
+#include "cpu/cpu_backend.h"
+#include "cpu/ops.h"
+#include "quant/dequantize.h"
+#include "quant/quantize.h"
+#include "reference/ops.h"
+#include "reference/random_model.h"
+#include "reference/scalar_ops.h"
+
+using namespace journey;
+
+namespace {
+
+const DType kReducedKv[] = {DType::F16, DType::BF16, DType::Q8_0};
+
+// A llama-shaped model whose head_dim (32) q8_0 blocks divide.
+ModelConfig kv_config() {
+  ModelConfig c = testmodel::tiny_config("llama");
+  c.hidden_size = 64, c.num_heads = 2, c.num_kv_heads = 1, c.head_dim = 32;
+  return c;
+}
+
+std::vector<float> run(Backend& backend, const std::vector<int32_t>& prompt, int decode_steps) {
+  const std::vector<int32_t> table = {3, 0, 2, 1};  // scattered blocks of 4
+  backend.allocate_kv_cache(4, 4);
+  std::vector<float> logits;
+  ForwardBatch batch;
+  batch.sequences.push_back({0, prompt, 0, table, true});
+  ForwardOutput out = backend.forward(batch);
+  logits = out.logits;
+  for (int s = 0; s < decode_steps; ++s) {
+    const int64_t position = int64_t(prompt.size()) + s;
+    batch.sequences[0] = {0, {int32_t((s * 13 + 5) % 97)}, position, table, false};
+    out = backend.forward(batch);
+    logits.insert(logits.end(), out.logits.begin(), out.logits.end());
+  }
+  return logits;
+}
+
+}  // namespace
+
+TEST_CASE("kv cache: a reduced-precision pool holds the rounded rows, and attention over it is the reference's") {
+  const int64_t KVH = 2, D = 64, H = 4, block_size = 4, T = 7, start = 0, slot = KVH * D;
+  const std::vector<int32_t> table = {1, 0};  // [2 blocks]
+  auto k = scalar::random_vector(size_t(T * slot), 1), v = scalar::random_vector(size_t(T * slot), 2);
+  auto q = scalar::random_vector(size_t(T * H * D), 3);
+  for (DType type : kReducedKv) {
+    CAPTURE(dtype_name(type));
+    std::vector<std::byte> k_pool(size_t(dtype_bytes_for(type, 2 * block_size * slot)));
+    std::vector<std::byte> v_pool(k_pool.size());
+    cpu::kv_cache_write({k_pool.data(), type}, {v_pool.data(), type}, k.data(), v.data(), table.data(), T, start,
+                        block_size, KVH, D);
+    // the reference's f32 pools with the same rows, each rounded as the pool's type stores it
+    std::vector<float> k_ref(size_t(2 * block_size * slot)), v_ref(k_ref.size());
+    auto rounded = [&](const float* row) {
+      std::vector<std::byte> stored(size_t(dtype_bytes_for(type, slot)));
+      quant::quantize(type, row, stored.data(), slot);
+      std::vector<float> back(static_cast<size_t>(slot));
+      quant::dequantize(type, stored.data(), back.data(), slot);
+      return back;
+    };
+    std::vector<float> k_rounded, v_rounded;  // [T, slot]
+    for (int64_t t = 0; t < T; ++t) {
+      auto kr = rounded(k.data() + t * slot), vr = rounded(v.data() + t * slot);
+      k_rounded.insert(k_rounded.end(), kr.begin(), kr.end());
+      v_rounded.insert(v_rounded.end(), vr.begin(), vr.end());
+    }
+    reference::kv_cache_write(k_ref.data(), v_ref.data(), k_rounded.data(), v_rounded.data(), table.data(), T, start,
+                              block_size, KVH, D);
+    std::vector<float> want(size_t(T * H * D)), got(want.size());
+    reference::paged_attention(want.data(), q.data(), k_ref.data(), v_ref.data(), table.data(), T, start, block_size, H,
+                               KVH, D, nullptr, nullptr);
+    cpu::paged_attention(got.data(), q.data(), {k_pool.data(), type}, {v_pool.data(), type}, table.data(), T, start,
+                         block_size, H, KVH, D, nullptr, nullptr, 2);
+    CHECK(scalar::nmse(got, want) < 1e-10);  // only the summation order differs
+    // and the rounding is real: against the unrounded rows the result differs
+    reference::kv_cache_write(k_ref.data(), v_ref.data(), k.data(), v.data(), table.data(), T, start, block_size, KVH, D);
+    reference::paged_attention(want.data(), q.data(), k_ref.data(), v_ref.data(), table.data(), T, start, block_size, H,
+                               KVH, D, nullptr, nullptr);
+    CHECK(scalar::nmse(got, want) > 1e-12);
+  }
+}
+
+TEST_CASE("kv cache: f16, bf16 and q8_0 pools against f32 over a whole forward pass, within tolerance") {
+  const ModelConfig config = kv_config();
+  const auto model = testmodel::make_model(config, testmodel::random_values(config, 3));
+  const std::vector<int32_t> prompt = {1, 17, 42, 5, 88, 23, 61, 9};
+  auto f32 = make_cpu_backend(model, {.threads = 2});
+  const auto want = run(*f32, prompt, 5);
+  // Rounding K and V: relative error per value up to 2^-11 (f16, 11-bit mantissa), 2^-8 (bf16), and
+  // max|block of 32| / 254 (q8_0), i.e. NMSE of the values ~1e-7, ~5e-6 and ~3e-5; this model's
+  // N(0, 0.2) weights make attention sharp, which amplifies them (measured logits NMSE: f16 4.2e-7,
+  // bf16 2.2e-5, q8_0 2.9e-4). The bounds are ~4x the measured.
+  const std::map<DType, double> tolerance = {{DType::F16, 2e-6}, {DType::BF16, 1e-4}, {DType::Q8_0, 1e-3}};
+  for (DType type : kReducedKv) {
+    CAPTURE(dtype_name(type));
+    auto reduced = make_cpu_backend(model, {.threads = 2, .kv_dtype = type});
+    const auto got = run(*reduced, prompt, 5);
+    const double e = scalar::nmse(got, want);
+    CHECK(e < tolerance.at(type));
+    CHECK(e > 0.0);  // the pool really is rounded
+    MESSAGE(dtype_name(type) << " KV: logits NMSE against f32 KV " << e);
+    // the memory it saves
+    const double ratio = double(reduced->kv_block_bytes(16)) / double(f32->kv_block_bytes(16));
+    CHECK(ratio == doctest::Approx(type == DType::Q8_0 ? 34.0 / 128.0 : 0.5));
+  }
+}
+
+TEST_CASE("kv cache: copy_kv_block copies a q8_0 block bit for bit; q8_0 needs whole blocks per head") {
+  const ModelConfig config = kv_config();
+  const auto model = testmodel::make_model(config, testmodel::random_values(config, 4));
+  auto backend = make_cpu_backend(model, {.threads = 1, .kv_dtype = DType::Q8_0});
+  backend->allocate_kv_cache(4, 4);
+  ForwardBatch batch;
+  batch.sequences.push_back({0, {1, 2, 3, 4}, 0, {0}, false});
+  backend->forward(batch);
+  backend->copy_kv_block(0, 2);  // the prompt's block, copied: decoding from either gives the same logits
+  batch.sequences[0] = {0, {7}, 4, {0, 1}, false};
+  const auto a = backend->forward(batch).logits;
+  batch.sequences[0] = {0, {7}, 4, {2, 3}, false};
+  const auto b = backend->forward(batch).logits;
+  CHECK(a == b);
+
+  const auto small = testmodel::random_model("llama");  // head_dim 8
+  CHECK_THROWS_WITH_AS(make_cpu_backend(small, {.threads = 1, .kv_dtype = DType::Q8_0}),
+                       doctest::Contains("head_dim to be a multiple of 32"), Error);
+  CHECK_THROWS_WITH_AS(make_cpu_backend(small, {.threads = 1, .kv_dtype = DType::Q4_0}),
+                       doctest::Contains("KV cache type q4_0 is not supported"), Error);
+}
