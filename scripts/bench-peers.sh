@@ -7,8 +7,8 @@
 # 1. builds llama-cpp-python from PyPI (it compiles llama.cpp from source, `nice`, -j2; the wheel
 #    is cached in build-peers/wheels, installed into build-peers/site, both git-ignored), pinned below;
 # 2. makes the TinyLlama-1.1B shape with random weights (tools/make_random_model.py, f32), converts
-#    it to GGUF F32 / F16 / Q8_0 with llama.cpp's own convert_hf_to_gguf.py (from the same sdist)
-#    and quantizes it to Q4_0 / Q4_K_M with llama.cpp's llama_model_quantize, cached in
+#    it to GGUF F32 with llama.cpp's own convert_hf_to_gguf.py (from the same sdist) and quantizes
+#    that to F16 / Q8_0 / Q4_0 / Q4_K_M with llama.cpp's llama_model_quantize, cached in
 #    build-peers/models; SmolLM2-135M-Instruct Q4_1 comes from models/ (tools/python/fetch-models.sh);
 # 3. per row, alternating engine by engine and run by run: prefill and decode tok/s of
 #    `journey bench` and of llama.cpp (llama_decode timed the same way), one table with the ratio

@@ -12,7 +12,7 @@
 #   1. build with CUDA (or PREBUILT: the packed binaries)
 #   2. test_cuda (every op and the whole model vs the CPU, every decode road), test_backends if built
 #   3. chapter 12, a generation on each device
-#   4. `journey trace` on cpu, cuda:f32 and cuda (bf16), then `journey-trace diff`: f32 at the f32
+#   4. `journey trace` on reference, cuda:f32 and cuda (bf16), then `journey-trace diff`: f32 at the f32
 #      tolerances, bf16 at the bf16 profile; stories260K, the tiny goldens, SmolLM2 if models/ has it
 #   5. a random-weight model of the TinyLlama-1.1B shape (bf16), cuda_bench on every decode road and
 #      with 16 streams; the quantized types the GPU runs natively, made by `journey quantize`
@@ -153,14 +153,16 @@ if runnable "$JOURNEY" && "$JOURNEY" trace --help 2>&1 | grep -q -- '--device' &
     name=$(basename "$m"); name=${name%.gguf}
     TRACE_ARGS="--model $m --temperature 0 --max-tokens 6"
     [ "$tok" != "$m" ] && TRACE_ARGS="$TRACE_ARGS --tokenizer $tok"
-    step "trace_cpu_$name" 90 "$JOURNEY" trace $TRACE_ARGS --device cpu --out "$OUT/traces/$name-cpu" "Once upon a time"
+    # the oracle is the literal reference: on a quantized file the fast CPU backend rounds its
+    # activations to 8 bits (as llama.cpp does), the reference and cuda:f32 widen the weights to f32
+    step "trace_reference_$name" 90 "$JOURNEY" trace $TRACE_ARGS --device reference --out "$OUT/traces/$name-reference" "Once upon a time"
     # f32 weights: SAME at the f32 tolerances; bf16: the bf16 profile (docs/cuda.md, "Tolerances")
     step "trace_cuda_f32_$name" 90 "$JOURNEY" trace $TRACE_ARGS --device cuda:f32 \
       --out "$OUT/traces/$name-cuda-f32" "Once upon a time"
-    step "trace_diff_f32_$name" 60 "$TRACE_TOOL" diff "$OUT/traces/$name-cuda-f32" "$OUT/traces/$name-cpu" $F32_PROFILE
+    step "trace_diff_f32_$name" 60 "$TRACE_TOOL" diff "$OUT/traces/$name-cuda-f32" "$OUT/traces/$name-reference" $F32_PROFILE
     step "trace_cuda_bf16_$name" 90 "$JOURNEY" trace $TRACE_ARGS --device cuda \
       --out "$OUT/traces/$name-cuda-bf16" "Once upon a time"
-    step "trace_diff_bf16_$name" 60 "$TRACE_TOOL" diff "$OUT/traces/$name-cuda-bf16" "$OUT/traces/$name-cpu" $BF16_PROFILE
+    step "trace_diff_bf16_$name" 60 "$TRACE_TOOL" diff "$OUT/traces/$name-cuda-bf16" "$OUT/traces/$name-reference" $BF16_PROFILE
   done
   # the traces of real-size models are large: keep the diffs, drop the tensors of the models beyond the goldens
   [ -n "$SMOL" ] && rm -rf "$OUT"/traces/$(basename "${SMOL_MODEL%.gguf}")-*

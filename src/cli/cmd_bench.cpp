@@ -1,4 +1,4 @@
-// journey bench — prefill and decode speed of the CPU reference on a model, next to the ceilings
+// journey bench — prefill and decode speed of a backend (the fast CPU one by default) on a model, next to the ceilings
 // this machine allows (memory bandwidth for decode, FP32 GEMM rate for prefill), measured in the
 // same run. Make a model of a real shape with tools/make_random_model.py (see docs/performance.md).
 #include <chrono>

@@ -1,4 +1,4 @@
-// `journey bench`: how fast the CPU reference runs a model, and how close that is to what this
+// `journey bench`: how fast a backend (the fast CPU one by default) runs a model, and how close that is to what this
 // machine allows. Decode reads every weight once per token, so its ceiling is memory bandwidth /
 // weight bytes per token; prefill is matrix-matrix work, so its ceiling is the FP32 GEMM rate.
 // Both ceilings are measured in the same run as the model, so the ratios hold under the same load.

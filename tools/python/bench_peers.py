@@ -2,13 +2,13 @@
 """journey and llama.cpp on the same GGUF files, alternating, one table. Run by scripts/bench-peers.sh,
 which builds llama-cpp-python and puts it (and llama.cpp's converter) on the path; see there.
 
-llama.cpp is timed the way `journey bench` times itself (src/reference/bench.cpp): one warm-up
+llama.cpp is timed the way `journey bench` times itself (src/cpu/bench.cpp): one warm-up
 token, then per run a prefill of --prompt-tokens random ids in one batch, then --gen-tokens greedy
 decode steps of one token each, the rate of each phase measured around it; the median over runs.
 The engines alternate run by run (journey run 1, llama.cpp run 1, journey run 2, ...), so that a
 change in the machine's load hits both. Threads: --threads for both (llama.cpp: n_threads and
-n_threads_batch). journey computes in f32 whatever the file's type (the reference backend widens
-the weights when it loads them); llama.cpp computes on the quantized blocks.
+n_threads_batch). Both engines compute on the stored blocks (journey's fast CPU backend since issue #11:
+docs/performance.md, "Weights as stored").
 
 The SmolLM2 comparison (greedy tokens and logits, --compare-steps steps): journey's greedy run is
 `journey trace --chat` with its logits dumped at every step; llama.cpp evaluates the same prompt
