@@ -79,7 +79,7 @@ int main() {
     std::vector<int> ids = tokenizer->encode("Once upon a time", /*add_special=*/true, /*parse_special=*/false);
     const std::vector<int32_t> prompt(ids.begin(), ids.end());
 
-    const fs::path work = fs::temp_directory_path() / "journey-ch08";
+    const fs::path work = "/tmp/journey-ch08";  // fixed, not $TMPDIR: the README names it and shows it in the output
     const fs::path good = work / "reference", fast = work / "cpu", buggy = work / "cpu-rope-bug";
     auto reference = make_reference_backend(model);
     auto cpu = make_cpu_backend(model, CpuOptions{.threads = 1});
