@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "assets/model.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
 #include "reference/reference_backend.h"
@@ -28,8 +29,9 @@ namespace fs = std::filesystem;
 
 // The generation loop of engine/generate.cpp, spelled out so the step boundaries are visible: the
 // sink is told before every forward pass which step begins (a backend cannot know).
-static std::vector<int32_t> traced_run(Backend& backend, const std::vector<int32_t>& prompt, int decode_steps,
-                                       const fs::path& dir) {
+// `label` is what the manifest calls the backend (its settings.backend, which the diff prints).
+static std::vector<int32_t> traced_run(Backend& backend, const std::string& label, const LoadedModel& model,
+                                       const std::vector<int32_t>& prompt, int decode_steps, const fs::path& dir) {
   fs::remove_all(dir);
   backend.allocate_kv_cache(/*num_blocks=*/4, /*block_size=*/4);
   DumpSink sink(dir);
@@ -53,7 +55,11 @@ static std::vector<int32_t> traced_run(Backend& backend, const std::vector<int32
     sink.set_step(step + 1, "decode", {position});
     batch.sequences[0] = SequenceInput{0, {token.id}, position, {0, 1}, false};
   }
-  sink.manifest().prompt = "Once upon a time";
+  Manifest& m = sink.manifest();  // what the dump is, so that a diff can say what it compares
+  m.generated_by_tool = "chapters/ch08_tracing";
+  m.model = manifest_model(model.path, backend.config());
+  m.prompt = "Once upon a time";
+  m.settings = {{"backend", label}, {"dtype", std::string(dtype_name(backend.weight_dtype()))}};
   sink.finish();
   return generated;
 }
@@ -73,16 +79,17 @@ int main() {
     std::vector<int> ids = tokenizer->encode("Once upon a time", /*add_special=*/true, /*parse_special=*/false);
     const std::vector<int32_t> prompt(ids.begin(), ids.end());
 
-    const fs::path work = fs::temp_directory_path() / "journey-ch08";
+    const fs::path work = "/tmp/journey-ch08";  // fixed, not $TMPDIR: the README names it and shows it in the output
     const fs::path good = work / "reference", fast = work / "cpu", buggy = work / "cpu-rope-bug";
     auto reference = make_reference_backend(model);
     auto cpu = make_cpu_backend(model, CpuOptions{.threads = 1});
     CpuOps planted;
     planted.rope = rope_with_swapped_layout;
     auto bugged = make_cpu_backend(model, CpuOptions{.threads = 1}, planted);
-    std::vector<int32_t> good_tokens = traced_run(*reference, prompt, 3, good);
-    std::vector<int32_t> fast_tokens = traced_run(*cpu, prompt, 3, fast);
-    std::vector<int32_t> buggy_tokens = traced_run(*bugged, prompt, 3, buggy);
+    std::vector<int32_t> good_tokens = traced_run(*reference, reference->name(), model, prompt, 3, good);
+    std::vector<int32_t> fast_tokens = traced_run(*cpu, cpu->name(), model, prompt, 3, fast);
+    std::vector<int32_t> buggy_tokens =
+        traced_run(*bugged, cat(bugged->name(), " with a planted RoPE bug"), model, prompt, 3, buggy);
 
     std::cout << "prompt tokens:";
     for (int32_t id : prompt) std::cout << " " << id << " " << tokenizer->piece(id);

@@ -374,7 +374,7 @@ ComparisonResult compare_dumps(const std::filesystem::path& ours, const std::fil
     std::string text = backend != m.settings.end() && backend->is_string() ? backend->get<std::string>()
                                                                            : m.generated_by_tool;
     if (!dtype.empty()) text += cat(text.empty() ? "" : ", ", dtype, " weights");
-    return text.empty() ? std::string("(manifest says nothing of its backend)") : text;
+    return text.empty() ? std::string("backend not recorded in its manifest") : text;
   };
   result.ours_label = label(mo, ours_dtype);
   result.golden_label = label(mg, golden_dtype);

@@ -19,6 +19,12 @@ The opening marker names the chapter's program and may add, shell-quoted:
                                                   negative from the end), comma-separated; each gap
                                                   becomes one "[… N more lines …]" line, so the
                                                   count of what is left out is compared too.
+    rtol=0.02                                     compare decimal numbers (with a point or an
+                                                  exponent) within this relative tolerance plus one
+                                                  unit of their last printed digit, for results
+                                                  whose f32 sums round differently on other CPUs;
+                                                  integers, words and the number of lines exactly,
+                                                  runs of spaces as one.
 
 Two modes:
     update_outputs.py --build BUILD [--chapter NAME]...
@@ -28,7 +34,8 @@ Two modes:
     update_outputs.py --check --chapter NAME --binary PATH
         what `ctest -R chapter.NAME` runs: the program once per distinct args, exit status 0
         required (77 passes through: skipped), and every marked block of that chapter must equal
-        its output after masking; a difference prints a diff and the command that refreshes it.
+        its output after masking (within rtol); a difference prints a diff and the command that
+        refreshes it.
         A chapter whose READMEs mark no block is just run.
 
 Runs from the repository root (the chapters name data/ by relative path). Standard library only.
@@ -45,19 +52,23 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OPEN = re.compile(r"^<!-- journey:output (\S+)(.*?)-->\s*$")
 END = "<!-- journey:end -->"
+# A decimal number: digits with a point, or with an exponent ("0.25", "-.5", "+3.060e-02", "1e-5").
+DECIMAL = re.compile(r"([-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9]+[eE][-+]?[0-9]+)")
 TIMEOUT_S = 900
 
 
 class Block:
     def __init__(self, readme, chapter, options, start, end):
         self.readme, self.chapter, self.start, self.end = readme, chapter, start, end  # lines [start, end) between markers
-        self.args, self.masks, self.lines = [], [], None
+        self.args, self.masks, self.lines, self.rtol = [], [], None, None
         for token in shlex.split(options):
             key, _, value = token.partition("=")
             if key == "args":
                 self.args = shlex.split(value)
             elif key == "mask":
                 self.masks.append(re.compile(value))
+            elif key == "rtol":
+                self.rtol = float(value)
             elif key == "lines":
                 self.lines = []
                 for part in value.split(","):
@@ -85,12 +96,40 @@ class Block:
             if gap:
                 shown.append(f"[… {gap} more lines …]")
             lines = shown
-        return "\n".join(line.rstrip() for line in lines) + "\n"
+        return "\n".join(line.rstrip() for line in lines).rstrip("\n") + "\n"  # as fence() keeps it
 
     def masked(self, text):
         for mask in self.masks:
             text = mask.sub("…", text)
         return text
+
+    def same(self, shown, printed):
+        """Whether the README's block says what the program printed: equal after masking, or, with
+        rtol, equal words and integers and decimal numbers within the tolerance."""
+        a, b = self.masked(shown), self.masked(printed)
+        if self.rtol is None or a == b:
+            return a == b
+        lines_a, lines_b = a.split("\n"), b.split("\n")
+        return len(lines_a) == len(lines_b) and all(self.same_line(x, y) for x, y in zip(lines_a, lines_b))
+
+    def same_line(self, a, b):
+        parts_a, parts_b = DECIMAL.split(a), DECIMAL.split(b)  # text, number, text, number, ..., text
+        if len(parts_a) != len(parts_b):
+            return False
+        for i, (x, y) in enumerate(zip(parts_a, parts_b)):
+            if i % 2 == 0:
+                if " ".join(x.split()) != " ".join(y.split()):
+                    return False
+            elif not (abs(float(x) - float(y)) <= self.rtol * max(abs(float(x)), abs(float(y))) + last_digit(x) + last_digit(y)):
+                return False
+        return True
+
+
+def last_digit(number):
+    """One unit of the last printed digit of a decimal number: 0.0001 for "5.5764", 1e-05 for "3.147e-06"."""
+    mantissa, _, exponent = number.lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return 10.0 ** (int(exponent or 0) - decimals)
 
 
 def find_blocks(readme):
@@ -158,8 +197,8 @@ def update(build, only):
                 outputs[(b.chapter, key)] = out
             new = b.shown(outputs[(b.chapter, key)])
             old = fenced_body(lines[b.start:b.end])
-            if old is not None and b.masked(old) == b.masked(new):
-                continue  # only masked text (a timing, a port) differs: keep the README as it is
+            if old is not None and b.same(old, new):
+                continue  # only masked text (a timing, a port) or rounding differs: keep the README as it is
             lines[b.start:b.end] = fence(new)
         with open(readme, encoding="utf-8") as f:
             before = f.read()
@@ -190,11 +229,15 @@ def check(chapter, binary, plain_args):
         _, lines = find_blocks(b.readme)
         shown = fenced_body(lines[b.start:b.end])
         actual = b.shown(runs[tuple(b.args)])
-        if shown is None or b.masked(shown) != b.masked(actual):
+        if shown is None or not b.same(shown, actual):
             failures += 1
             where = os.path.relpath(b.readme, REPO)
             print(f"\n{where}:{b.start}: the output shown for {chapter} {' '.join(b.args)} is not what the program prints now:")
-            sys.stdout.writelines(difflib.unified_diff((shown or "").splitlines(True), actual.splitlines(True),
+            shown_lines, actual_lines = (shown or "").splitlines(True), actual.splitlines(True)
+            if b.rtol is not None and len(shown_lines) == len(actual_lines):  # leave out lines that differ only within rtol
+                shown_lines = [y if b.same_line(b.masked(x.rstrip("\n")), b.masked(y.rstrip("\n"))) else x
+                               for x, y in zip(shown_lines, actual_lines)]
+            sys.stdout.writelines(difflib.unified_diff(shown_lines, actual_lines,
                                                        f"{where} (shown)", f"{chapter} (printed now)"))
             print(f"\nIf the new output is right, refresh the README: tools/book/update_outputs.py --build BUILD --chapter {chapter}")
     if failures:
