@@ -5,7 +5,7 @@ The renderer is Debian's python3-jinja2 configured the way Hugging Face transfor
 chat templates (ImmutableSandboxedEnvironment, trim_blocks=True, lstrip_blocks=True, the
 loopcontrols extension, a tojson filter that is json.dumps(ensure_ascii=False), raise_exception,
 strftime_now). strftime_now is pinned to 2024-07-26 00:00:00 UTC so the goldens are stable.
-The C++ test (tests/chat/test_template_goldens.cpp) renders the same inputs with journey's own
+The C++ test (tests/text/test_template_goldens.cpp) renders the same inputs with journey's own
 Jinja subset and compares byte for byte.
 
 Run from the repository root:  /usr/bin/python3 tools/make_template_goldens.py

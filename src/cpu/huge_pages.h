@@ -32,7 +32,7 @@ struct HugePageAllocator {
   // address one by one; with buffers that start anywhere, which elements take the scalar path
   // (and so how a sum is ordered, or whether exp is the scalar or the vector one) would change
   // from run to run with the heap, and so would the last bits of the logits. Aligned buffers make
-  // a forward pass bit-reproducible (tests/serving: the same requests twice, bit for bit).
+  // a forward pass bit-reproducible (tests/engine/test_engine.cpp: the same requests twice, bit for bit).
   static constexpr size_t kCacheLine = 64;
 
   HugePageAllocator() = default;

@@ -1,7 +1,7 @@
 """The chat-template goldens against transformers' own apply_chat_template.
 
 tests/golden/templates/*.json hold the renders that journey's Jinja interpreter must reproduce
-byte for byte (tests/chat/test_template_goldens.cpp). They were written by
+byte for byte (tests/text/test_template_goldens.cpp). They were written by
 tools/make_template_goldens.py with a Jinja2 environment set up "the way transformers does it".
 This test takes that claim away: every render (8 model templates x 8 conversations x with/without
 the generation prompt, and the 30 llama.cpp case templates) is rendered again by the pinned
