@@ -14,7 +14,7 @@ function(journey_add_test name)
   endif()
 endfunction()
 
-# journey_add_chapter(ch04_attention [ARGS ...] [LIBS ...])
+# journey_add_chapter(ch04_attention [ARGS ...] [LIBS ...] [NEEDS_MODELS])
 # A chapter is chapters/<name>/main.cpp: a thin driver over the journey library, and
 # chapters/<name>/README.md (+ README.zh-CN.md): the lesson. It builds as its own target and runs
 # as the ctest chapter.<name> (label "chapter") on the shipped default model, from the repository
@@ -23,8 +23,11 @@ endfunction()
 # --check, which runs the program and compares (docs/book.md); tools/book/update_outputs.py --build
 # BUILD --chapter <name> rewrites the blocks after an intended change. ARGS: the arguments of a
 # plain run when no README marks a block (a marked block names its own). Exit status 77 = skipped.
+# NEEDS_MODELS: some blocks run on what scripts/install-deps.sh fetches into the git-ignored models/
+# (marked needs="models/..."); they are checked by a second ctest, chapter.<name>.models (labels
+# chapter, smollm2, ci-required), which skips with exit 77 and says so when the model is absent.
 function(journey_add_chapter name)
-  cmake_parse_arguments(ARG "" "" "ARGS;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "NEEDS_MODELS" "" "ARGS;LIBS" ${ARGN})
   add_executable(${name} ${CMAKE_CURRENT_SOURCE_DIR}/${name}/main.cpp)
   target_link_libraries(${name} PRIVATE journey_lib ${ARG_LIBS})
   target_compile_definitions(${name} PRIVATE JOURNEY_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
@@ -39,5 +42,12 @@ function(journey_add_chapter name)
               --binary $<TARGET_FILE:${name}> -- ${ARG_ARGS}
       WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
     set_tests_properties(chapter.${name} PROPERTIES LABELS chapter SKIP_RETURN_CODE 77)
+    if(ARG_NEEDS_MODELS)
+      add_test(NAME chapter.${name}.models
+        COMMAND ${JOURNEY_PYTHON3} ${PROJECT_SOURCE_DIR}/tools/book/update_outputs.py --check --needs --chapter ${name}
+                --binary $<TARGET_FILE:${name}>
+        WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+      set_tests_properties(chapter.${name}.models PROPERTIES LABELS "chapter;smollm2;ci-required" SKIP_RETURN_CODE 77)
+    endif()
   endif()
 endfunction()

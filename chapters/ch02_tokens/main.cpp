@@ -8,14 +8,21 @@
 // streamed back through the incremental detokenizer and decoded; the chapter fails (and so does
 // its ctest) if any round trip is not exactly the text.
 //
+// 4. With --chat-model, only a real chat model instead (SmolLM2-135M-Instruct, which
+//    scripts/install-deps.sh fetches into models/): its tokenizer and ChatML template from the GGUF
+//    metadata, a system + user conversation and the one without a system message, its special
+//    tokens and the end ids a generation stops on.
+//
 // usage: ch02_tokens [MODEL] [QWEN_TOKENIZER_DIR]   (defaults: data/stories260K and the Qwen2.5
-// tokenizer unpacked into the build directory from tests/data/tokenizers/hf/qwen2.5-instruct)
+//        tokenizer unpacked into the build directory from tests/data/tokenizers/hf/qwen2.5-instruct)
+//        ch02_tokens --chat-model PATH                (a GGUF file or a directory holding one)
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "assets/model.h"
 #include "core/error.h"
 #include "engine/stop.h"
 #include "text/chat_template.h"
@@ -105,7 +112,46 @@ static bool stop_string(const Tokenizer& tokenizer, const std::string& text, con
   return matcher.matched() && released == text.substr(0, text.find(stop));
 }
 
+// A chat model's side of the lesson: the template the model was trained on, rendered by journey
+// from the file's own metadata, and the ids that end a turn.
+static bool chat_model(const std::filesystem::path& path) {
+  const LoadedModel meta = load_model_metadata(path);  // a directory holding one .gguf resolves to it
+  const auto tokenizer = load_tokenizer(meta.path);
+  const ModelChatTemplate chat = load_chat_template(meta.path);
+  std::cout << "# " << meta.path.filename().string() << ": " << tokenizer->kind() << ", " << tokenizer->vocab_size()
+            << " tokens, chat template " << chat.chat_template->name() << "\n";
+  std::cout << "special tokens:";
+  for (int id = 0; id < tokenizer->vocab_size(); ++id)
+    if (tokenizer->is_special(id)) std::cout << " " << id << " " << tokenizer->piece(id);
+  const auto bos = tokenizer->bos_id();
+  std::cout << "\nBOS " << (bos ? std::to_string(*bos) + " " + tokenizer->piece(*bos) : std::string("none"))
+            << ", added by the tokenizer: " << (tokenizer->encode("", /*add_special=*/true).empty() ? "no" : "yes") << "\n";
+  std::cout << "end ids (generation stops on any):";
+  for (int32_t id : collect_eos_ids(meta.generation, meta.config, *tokenizer)) std::cout << " " << id << " " << tokenizer->piece(id);
+  std::cout << "\n";
+
+  bool ok = true;
+  ChatTemplateInputs inputs;
+  inputs.messages = {{"system", "You are a concise assistant. Answer in one sentence."},
+                     {"user", "What is the capital of France?"}};
+  inputs.add_generation_prompt = true;
+  const RenderedPrompt rendered = render_and_encode(chat, *tokenizer, inputs);
+  ok = show(*tokenizer, "system + user through the model's chat template", rendered.text, false) && ok;
+  if (tokenizer->encode(rendered.text, false, true) != rendered.ids) {
+    std::cout << "the template's ids differ from encoding its text\n";
+    ok = false;
+  }
+  inputs.messages.erase(inputs.messages.begin());  // no system message: the template may add its own
+  std::cout << "\nuser only, rendered: \"" << escaped(render_and_encode(chat, *tokenizer, inputs).text) << "\"\n";
+
+  for (const char* text : {"北京今天下雨吗？", "我喜欢编程"})
+    std::cout << "\n" << text << " is " << tokenizer->encode(text, false, false).size() << " tokens in this vocabulary";
+  std::cout << "\n";
+  return ok;
+}
+
 int main(int argc, char** argv) try {
+  if (argc == 3 && std::string(argv[1]) == "--chat-model") return chat_model(argv[2]) ? 0 : 1;
   const std::filesystem::path model = argc > 1 ? argv[1] : JOURNEY_SOURCE_DIR "/data/stories260K";
   const std::filesystem::path qwen = argc > 2 ? argv[2] : JOURNEY_QWEN_TOKENIZER;
   bool ok = true;

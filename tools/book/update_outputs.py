@@ -25,18 +25,27 @@ The opening marker names the chapter's program and may add, shell-quoted:
                                                   whose f32 sums round differently on other CPUs;
                                                   integers, words and the number of lines exactly,
                                                   runs of spaces as one.
+    needs="models/smollm2-135m-instruct"          a path (from the repository root) the block's run
+                                                  needs that the repository does not ship: the
+                                                  git-ignored models/ that scripts/install-deps.sh
+                                                  fills. Such blocks are checked by their own ctest,
+                                                  which skips (exit 77, saying what is missing)
+                                                  without it.
 
 Two modes:
     update_outputs.py --build BUILD [--chapter NAME]...
         runs BUILD/chapters/NAME for every marked block of chapters/*/README*.md (English and
         zh-CN) and rewrites the block with what it printed (stdout), unless only masked text
-        differs (so timings do not churn the READMEs).
+        differs (so timings do not churn the READMEs). A block whose `needs` path is absent is
+        left as it is, and said so.
     update_outputs.py --check --chapter NAME --binary PATH
         what `ctest -R chapter.NAME` runs: the program once per distinct args, exit status 0
-        required (77 passes through: skipped), and every marked block of that chapter must equal
-        its output after masking (within rtol); a difference prints a diff and the command that
-        refreshes it.
-        A chapter whose READMEs mark no block is just run.
+        required (77 passes through: skipped), and every marked block of that chapter without
+        `needs` must equal its output after masking (within rtol); a difference prints a diff and
+        the command that refreshes it. A chapter whose READMEs mark no such block is just run.
+    update_outputs.py --check --needs --chapter NAME --binary PATH
+        what `ctest -R chapter.NAME.models` runs: the same for the blocks WITH `needs`; exit 77
+        and a message naming the missing path when one is absent.
 
 Runs from the repository root (the chapters name data/ by relative path). Standard library only.
 """
@@ -55,16 +64,19 @@ END = "<!-- journey:end -->"
 # A decimal number: digits with a point, or with an exponent ("0.25", "-.5", "+3.060e-02", "1e-5").
 DECIMAL = re.compile(r"([-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9]+[eE][-+]?[0-9]+)")
 TIMEOUT_S = 900
+MODELS_HINT = "scripts/install-deps.sh (tools/python/fetch-models.sh) fetches the models into models/"
 
 
 class Block:
     def __init__(self, readme, chapter, options, start, end):
         self.readme, self.chapter, self.start, self.end = readme, chapter, start, end  # lines [start, end) between markers
-        self.args, self.masks, self.lines, self.rtol = [], [], None, None
+        self.args, self.masks, self.lines, self.rtol, self.needs = [], [], None, None, None
         for token in shlex.split(options):
             key, _, value = token.partition("=")
             if key == "args":
                 self.args = shlex.split(value)
+            elif key == "needs":
+                self.needs = value
             elif key == "mask":
                 self.masks.append(re.compile(value))
             elif key == "rtol":
@@ -184,6 +196,10 @@ def update(build, only):
     for readme in sorted(glob.glob(os.path.join(REPO, "chapters", "*", "README*.md"))):
         blocks, lines = find_blocks(readme)
         blocks = [b for b in blocks if not only or b.chapter in only]
+        for b in [b for b in blocks if b.needs and not os.path.exists(os.path.join(REPO, b.needs))]:
+            print(f"kept {os.path.relpath(readme, REPO)}:{b.start}: {b.chapter} {' '.join(b.args)} needs {b.needs}, "
+                  f"which is absent ({MODELS_HINT})")
+            blocks.remove(b)
         if not blocks:
             continue
         outputs = {}
@@ -211,8 +227,16 @@ def update(build, only):
     print(f"{changed} README(s) changed")
 
 
-def check(chapter, binary, plain_args):
-    blocks = [b for readme in readmes_of(chapter) for b in find_blocks(readme)[0] if b.chapter == chapter]
+def check(chapter, binary, plain_args, needs):
+    blocks = [b for readme in readmes_of(chapter) for b in find_blocks(readme)[0]
+              if b.chapter == chapter and bool(b.needs) == needs]
+    if needs:
+        if not blocks:
+            raise SystemExit(f"{chapter}: --needs given, but no README block of the chapter has a needs option")
+        missing = sorted({b.needs for b in blocks if not os.path.exists(os.path.join(REPO, b.needs))})
+        if missing:
+            print(f"SKIP: {chapter}'s README shows output on {', '.join(missing)}, which is absent here; {MODELS_HINT}")
+            sys.exit(77)
     runs = {}
     for key in {tuple(b.args) for b in blocks} or {tuple(plain_args)}:
         status, out, err = run(binary, list(key))
@@ -234,9 +258,8 @@ def check(chapter, binary, plain_args):
             where = os.path.relpath(b.readme, REPO)
             print(f"\n{where}:{b.start}: the output shown for {chapter} {' '.join(b.args)} is not what the program prints now:")
             shown_lines, actual_lines = (shown or "").splitlines(True), actual.splitlines(True)
-            if b.rtol is not None and len(shown_lines) == len(actual_lines):  # leave out lines that differ only within rtol
-                shown_lines = [y if b.same_line(b.masked(x.rstrip("\n")), b.masked(y.rstrip("\n"))) else x
-                               for x, y in zip(shown_lines, actual_lines)]
+            if len(shown_lines) == len(actual_lines):  # leave out lines that differ only in masked text or within rtol
+                shown_lines = [y if b.same(x.rstrip("\n"), y.rstrip("\n")) else x for x, y in zip(shown_lines, actual_lines)]
             sys.stdout.writelines(difflib.unified_diff(shown_lines, actual_lines,
                                                        f"{where} (shown)", f"{chapter} (printed now)"))
             print(f"\nIf the new output is right, refresh the README: tools/book/update_outputs.py --build BUILD --chapter {chapter}")
@@ -252,12 +275,13 @@ def main():
     p.add_argument("--chapter", action="append", default=[], help="only this chapter (repeatable)")
     p.add_argument("--check", action="store_true", help="run one chapter and compare (ctest mode)")
     p.add_argument("--binary", help="the chapter's program (check mode)")
+    p.add_argument("--needs", action="store_true", help="check the blocks with a needs option (check mode)")
     p.add_argument("args", nargs="*", help="arguments when no README marks a block (check mode)")
     a = p.parse_args()
     if a.check:
         if len(a.chapter) != 1 or not a.binary:
             p.error("--check needs one --chapter and --binary")
-        check(a.chapter[0], a.binary, a.args)
+        check(a.chapter[0], a.binary, a.args, a.needs)
     else:
         if not a.build:
             p.error("give --build BUILD (the build directory) or --check")
