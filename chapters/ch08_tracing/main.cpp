@@ -17,6 +17,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
+#include "engine/traced_generation.h"
 #include "reference/reference_backend.h"
 #include "sampling/sampler.h"
 #include "text/tokenizer.h"
@@ -59,7 +60,8 @@ static std::vector<int32_t> traced_run(Backend& backend, const std::string& labe
   m.generated_by_tool = "chapters/ch08_tracing";
   m.model = manifest_model(model.path, backend.config());
   m.prompt = "Once upon a time";
-  m.settings = {{"backend", label}, {"dtype", std::string(dtype_name(backend.weight_dtype()))}};
+  m.settings = backend_manifest_settings(backend);
+  m.settings["backend"] = label;  // which fast backend: the planted bug is part of its name
   sink.finish();
   return generated;
 }

@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "core/model_weights.h"
 #include "engine/perplexity.h"
+#include "engine/traced_generation.h"
 #include "quant/awq_model.h"
 #include "quant/awq_search.h"
 #include "quant/dequantize.h"
@@ -201,7 +202,7 @@ void trace_prefill(const LoadedModel& model, const std::vector<int32_t>& tokens,
   Manifest& m = sink.manifest();  // what the dump is, for the journey-trace diff the output suggests
   m.generated_by_tool = "chapters/ch13_quantization";
   m.model = manifest_model(model.path, model.config);
-  m.settings = {{"backend", backend->name()}, {"dtype", std::string(dtype_name(backend->weight_dtype()))}};
+  m.settings = backend_manifest_settings(*backend);
   sink.finish();
 }
 

@@ -94,4 +94,12 @@ size_t WeightStore::total_bytes() const {
   return total;
 }
 
+std::string weight_type_summary(const WeightStore& weights) {
+  std::map<std::string, int> counts;
+  for (const auto& [name, t] : weights.all()) ++counts[std::string(dtype_name(t.dtype))];
+  std::string out;
+  for (const auto& [type, n] : counts) out += (out.empty() ? "" : ", ") + type + " x " + std::to_string(n);
+  return out;
+}
+
 }  // namespace journey

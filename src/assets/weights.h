@@ -61,4 +61,7 @@ class WeightStore {
   std::vector<std::shared_ptr<const void>> keep_alive_;
 };
 
+// "q4_K x 133, q6_K x 23, f32 x 45": how many tensors of each stored type (traces and bench print it).
+std::string weight_type_summary(const WeightStore& weights);
+
 }  // namespace journey

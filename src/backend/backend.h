@@ -95,6 +95,10 @@ class Backend {
   // The type the matrices are multiplied in (f32 for the CPU backends; bf16 by default on CUDA):
   // traces record it so that a diff judges a bf16 run by bf16 tolerances.
   virtual DType weight_dtype() const { return DType::F32; }
+  // The types the model stores its weights in, "q4_K x 133, q6_K x 23, f32 x 45" (assets'
+  // weight_type_summary): a Q4_K_M run is not an f32 run even where it multiplies in f32, and a
+  // trace must say so ("" where unknown).
+  virtual std::string stored_weight_types() const { return ""; }
   virtual const ModelConfig& config() const = 0;
   // (Re)allocate the KV pool: num_blocks blocks of block_size token slots, for every layer.
   virtual void allocate_kv_cache(int64_t num_blocks, int64_t block_size) = 0;

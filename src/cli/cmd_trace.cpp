@@ -131,9 +131,8 @@ void run_trace(const TraceArgs& args) {
   m.prompt = args.prompt;
   m.template_text = template_text;
   for (int id : ids) m.tokens.push_back({id, tokenizer.piece(id)});
-  m.settings = {{"backend", session.backend->name()},
-                {"dtype", std::string(dtype_name(session.backend->weight_dtype()))},
-                {"sampling",
+  m.settings = backend_manifest_settings(*session.backend);
+  m.settings.update({{"sampling",
                  {{"temperature", request.sampling.temperature},
                   {"top_k", request.sampling.top_k},
                   {"top_p", request.sampling.top_p},
@@ -150,7 +149,7 @@ void run_trace(const TraceArgs& args) {
                               {"num_blocks", session.backend->kv_num_blocks()}}},
                 {"filters", {{"stages", args.stages}, {"layers", args.layers}, {"heads", args.heads}, {"steps", args.steps}}},
                 {"generated_text", result.text},
-                {"finish_reason", finish_reason_name(result.finish_reason)}};
+                {"finish_reason", finish_reason_name(result.finish_reason)}});
   // ids past the tokenizer's vocabulary (a padded embedding table, or a model traced with a smaller
   // tokenizer than its own) have no piece
   sink.finish([&tokenizer](int32_t id) { return id < tokenizer.vocab_size() ? tokenizer.piece(id) : std::string(); });

@@ -248,14 +248,6 @@ double decode_bytes_per_token(const ModelConfig& config, const WeightStore& weig
   return bytes;
 }
 
-std::string weight_type_summary(const WeightStore& weights) {
-  std::map<std::string, int> counts;
-  for (const auto& [name, t] : weights.all()) ++counts[std::string(dtype_name(t.dtype))];
-  std::string out;
-  for (const auto& [type, n] : counts) out += (out.empty() ? "" : ", ") + type + " x " + std::to_string(n);
-  return out;
-}
-
 std::string prefill_path(const WeightStore& weights) {
   double reduced = 0, all = 0;  // matrix bytes in bf16 or block types, of all matrix bytes
   for (const auto& [name, t] : weights.all()) {

@@ -80,8 +80,6 @@ struct BenchResult {
 // The weight bytes one decode step reads as stored: every tensor except the embedding table (one
 // row per token) unless it doubles as the LM head; norms and biases in f32 as the backend keeps them.
 double decode_bytes_per_token(const ModelConfig& config, const WeightStore& weights);
-// "q4_K x 133, q6_K x 23, f32 x 45": how many tensors of each stored type.
-std::string weight_type_summary(const WeightStore& weights);
 // The prefill's compute path on the fast CPU backend for these weights: "bf16" when most matrix
 // bytes are bf16 or block types and the CPU has AVX512-BF16, else "f32".
 std::string prefill_path(const WeightStore& weights);

@@ -166,6 +166,7 @@ class CpuBackend : public Backend {
   CpuBackend(const LoadedModel& model, const CpuOptions& options, const CpuOps& ops);
 
   std::string name() const override { return "cpu"; }
+  std::string stored_weight_types() const override { return stored_weight_types_; }
   const ModelConfig& config() const override { return config_; }
   void allocate_kv_cache(int64_t num_blocks, int64_t block_size) override;
   int64_t kv_block_size() const override { return block_size_; }
@@ -180,6 +181,7 @@ class CpuBackend : public Backend {
   void check_batch(const ForwardBatch& batch) const;
 
   ModelConfig config_;
+  std::string stored_weight_types_;  // as the file stores them (weight_type_summary)
   CpuOptions options_;
   CpuOps ops_;
   int threads_ = 1;
@@ -201,7 +203,7 @@ class CpuBackend : public Backend {
 };
 
 CpuBackend::CpuBackend(const LoadedModel& model, const CpuOptions& options, const CpuOps& ops)
-    : config_(model.config), options_(options), ops_(ops) {
+    : config_(model.config), stored_weight_types_(weight_type_summary(model.weights)), options_(options), ops_(ops) {
   const ModelConfig& c = config_;
   const std::string where = model.path.empty() ? std::string("the model") : model.path.string();
   D_ = validate_model_shape(c, where);

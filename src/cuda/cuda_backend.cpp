@@ -246,6 +246,7 @@ class CudaBackendImpl : public CudaBackend {
   std::vector<int32_t> forward_sample(const ForwardBatch& batch, std::span<const DeviceSampling> params,
                                       TraceSink* sink) override;
   DType weight_dtype() const override { return options_.dtype; }
+  std::string stored_weight_types() const override { return stored_weight_types_; }
   std::string device_name() const override { return device_name_; }
   CudaStats stats() const override { return stats_; }
   int64_t weight_bytes_per_token() const override;
@@ -284,6 +285,7 @@ class CudaBackendImpl : public CudaBackend {
   void release_graphs();
 
   ModelConfig config_;
+  std::string stored_weight_types_;  // as the file stores them (weight_type_summary)
   CudaOptions options_;
   std::string device_name_;
   int64_t E_, F_, L_, H_, KVH_, D_, V_;
@@ -318,7 +320,7 @@ class CudaBackendImpl : public CudaBackend {
 };
 
 CudaBackendImpl::CudaBackendImpl(const LoadedModel& model, const CudaOptions& options)
-    : config_(model.config), options_(options) {
+    : config_(model.config), stored_weight_types_(weight_type_summary(model.weights)), options_(options) {
   const ModelConfig& c = config_;
   const std::string where = model.path.empty() ? std::string("the model") : model.path.string();
   const int devices = cuda::device_count();

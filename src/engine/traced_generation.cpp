@@ -9,6 +9,12 @@
 
 namespace journey {
 
+nlohmann::json backend_manifest_settings(const Backend& backend) {
+  nlohmann::json settings = {{"backend", backend.name()}, {"dtype", std::string(dtype_name(backend.weight_dtype()))}};
+  if (std::string stored = backend.stored_weight_types(); !stored.empty()) settings["weights_as_stored"] = stored;
+  return settings;
+}
+
 namespace {
 
 // Forwards everything to the real backend; before each forward pass after the first, starts a new
@@ -20,6 +26,7 @@ class StepMarkingBackend final : public Backend {
   std::string name() const override { return inner_.name(); }
   const ModelConfig& config() const override { return inner_.config(); }
   DType weight_dtype() const override { return inner_.weight_dtype(); }
+  std::string stored_weight_types() const override { return inner_.stored_weight_types(); }
   void allocate_kv_cache(int64_t num_blocks, int64_t block_size) override {
     inner_.allocate_kv_cache(num_blocks, block_size);
   }

@@ -10,6 +10,11 @@ namespace journey {
 
 class Backend;
 
+// What a dump's manifest says of the backend that made it (settings "backend", "dtype" — the type
+// its matrices are multiplied in — and "weights_as_stored", the model file's types): what
+// journey-trace diff labels each side with and picks its tolerances by. Every writer uses this.
+nlohmann::json backend_manifest_settings(const Backend& backend);
+
 // The positions of a prefill from position 0: 0, 1, ..., prompt_tokens - 1.
 std::vector<int64_t> prefill_positions(size_t prompt_tokens);
 class Tokenizer;

@@ -47,6 +47,7 @@ class ReferenceBackend : public Backend {
   explicit ReferenceBackend(const LoadedModel& model);
 
   std::string name() const override { return "reference"; }
+  std::string stored_weight_types() const override { return stored_weight_types_; }
   const ModelConfig& config() const override { return config_; }
   void allocate_kv_cache(int64_t num_blocks, int64_t block_size) override;
   int64_t kv_block_size() const override { return block_size_; }
@@ -62,6 +63,7 @@ class ReferenceBackend : public Backend {
   Floats load(const WeightStore& weights, WeightRole role, int layer = -1) const;
 
   ModelConfig config_;
+  std::string stored_weight_types_;  // as the file stores them; this backend widens them to f32
   int64_t E_, F_, L_, H_, KVH_, D_, V_;  // hidden, FFN, layers, heads, KV heads, head_dim, vocabulary
 
   Floats embed_tokens_;               // [V, E]
@@ -82,7 +84,8 @@ Floats ReferenceBackend::load(const WeightStore& weights, WeightRole role, int l
   return t.to_f32();
 }
 
-ReferenceBackend::ReferenceBackend(const LoadedModel& model) : config_(model.config) {
+ReferenceBackend::ReferenceBackend(const LoadedModel& model)
+    : config_(model.config), stored_weight_types_(weight_type_summary(model.weights)) {
   const ModelConfig& c = config_;
   D_ = validate_model_shape(c, model.path.empty() ? std::string("the model") : model.path.string());
   E_ = c.hidden_size, F_ = c.intermediate_size, L_ = c.num_layers, H_ = c.num_heads, KVH_ = c.num_kv_heads;

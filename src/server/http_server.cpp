@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/untrusted.h"
 #include "engine/stop.h"
+#include "engine/traced_generation.h"
 #include "server/engine_loop.h"
 #include "server/http_connections.h"
 #include "server/metrics.h"
@@ -247,9 +248,8 @@ std::string Server::start_trace(const std::string& id, ApiRequest& api) {
   m.template_text = api.template_text;
   for (int32_t t : r.prompt) m.tokens.push_back({t, t < ctx.tokenizer->vocab_size() ? ctx.tokenizer->piece(t) : ""});
   const SamplingParams& p = r.params;
-  m.settings = {{"backend", parts.backend->name()},
-                {"dtype", std::string(dtype_name(parts.backend->weight_dtype()))},
-                {"request_id", id},
+  m.settings = backend_manifest_settings(*parts.backend);
+  m.settings.update({{"request_id", id},
                 {"endpoint", api.chat ? "chat" : "completions"},
                 {"sampling",
                  {{"temperature", p.temperature}, {"top_k", p.top_k}, {"top_p", p.top_p}, {"min_p", p.min_p},
@@ -260,7 +260,7 @@ std::string Server::start_trace(const std::string& id, ApiRequest& api) {
                 {"stop", r.stop},
                 {"ignore_eos", r.ignore_eos},
                 {"prefix_caching", parts.engine_config.enable_prefix_caching},
-                {"batched", "activations of batched steps are not recorded (docs/serving.md)"}};
+                {"batched", "activations of batched steps are not recorded (docs/serving.md)"}});
   r.trace = std::move(sink);
   return dir.string();
 }

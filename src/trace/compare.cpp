@@ -369,15 +369,28 @@ ComparisonResult compare_dumps(const std::filesystem::path& ours, const std::fil
 
   // What each dump is, and the tolerance profile: the narrower weight type of the two (f32 < f16 < bf16).
   const std::string ours_dtype = manifest_weight_dtype(mo), golden_dtype = manifest_weight_dtype(mg);
-  auto label = [](const Manifest& m, const std::string& dtype) {
+  // The model file's own types ("q4_K x 133, q6_K x 23, f32 x 45"), where the manifest records them
+  // and they are not all f32: a Q4_K_M run and an f32 run are different models, whatever they multiply in.
+  auto stored_types = [](const Manifest& m) {
+    auto it = m.settings.find("weights_as_stored");
+    if (it == m.settings.end() || !it->is_string()) return std::string();
+    std::string types = it->get<std::string>();
+    return types.rfind("f32 x ", 0) == 0 && types.find(',') == std::string::npos ? std::string() : types;
+  };
+  const std::string ours_stored = stored_types(mo), golden_stored = stored_types(mg);
+  auto label = [](const Manifest& m, const std::string& dtype, const std::string& stored) {
     auto backend = m.settings.find("backend");
     std::string text = backend != m.settings.end() && backend->is_string() ? backend->get<std::string>()
                                                                            : m.generated_by_tool;
-    if (!dtype.empty()) text += cat(text.empty() ? "" : ", ", dtype, " weights");
+    if (!stored.empty())
+      text += cat(text.empty() ? "" : ", ", "weights ", stored, " as stored",
+                  dtype.empty() || dtype == "f32" ? "" : cat(" (multiplied in ", dtype, ")"));
+    else if (!dtype.empty())
+      text += cat(text.empty() ? "" : ", ", dtype, " weights");
     return text.empty() ? std::string("backend not recorded in its manifest") : text;
   };
-  result.ours_label = label(mo, ours_dtype);
-  result.golden_label = label(mg, golden_dtype);
+  result.ours_label = label(mo, ours_dtype, ours_stored);
+  result.golden_label = label(mg, golden_dtype, golden_stored);
   if (options.profile) {
     result.profile = *options.profile;
     result.profile_source = "given by the caller";
@@ -391,6 +404,10 @@ ComparisonResult compare_dumps(const std::filesystem::path& ours, const std::fil
     result.profile_source = cat("from the manifests: A's weights ", ours_dtype.empty() ? "unrecorded" : ours_dtype,
                                 ", B's ", golden_dtype.empty() ? "unrecorded" : golden_dtype);
   }
+  if (ours_stored != golden_stored)
+    result.profile_source += cat("; the files store their weights differently (A: ", ours_stored.empty() ? "f32" : ours_stored,
+                                 "; B: ", golden_stored.empty() ? "f32" : golden_stored,
+                                 "), so what lies beyond these tolerances measures that difference, stage by stage");
   // The final stages have passed every layer: L from the reference's config, else its deepest layer.
   int num_layers = 0;
   for (const auto& t : mg.tensors) num_layers = std::max(num_layers, t.layer + 1);

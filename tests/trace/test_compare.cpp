@@ -298,3 +298,22 @@ TEST_CASE("compare: bf16-sized errors pass the bf16 profile, chosen from the man
   CHECK(found.first()->name == "L0.q_rope");
   CHECK(found.first()->step == 0);
 }
+
+TEST_CASE("compare: the labels say what each file stores, and a difference in stored types is named") {
+  auto f32_dump = test::fresh_dir("cmp_stored_f32");
+  make_dump(f32_dump, nullptr, {{"backend", "cpu"}, {"dtype", "f32"}, {"weights_as_stored", "f32 x 12"}});
+  auto q4 = test::fresh_dir("cmp_stored_q4km");
+  make_dump(q4, nullptr, {{"backend", "cpu"}, {"dtype", "f32"}, {"weights_as_stored", "f32 x 5, q4_K x 6, q6_K x 1"}});
+  ComparisonResult r = compare_dumps(q4, f32_dump);
+  CHECK(r.ours_label == "cpu, weights f32 x 5, q4_K x 6, q6_K x 1 as stored");
+  CHECK(r.golden_label == "cpu, f32 weights");  // an all-f32 file needs no list
+  CHECK(r.profile_source.find("the files store their weights differently (A: f32 x 5, q4_K x 6, q6_K x 1; B: f32)") !=
+        std::string::npos);
+  // the same stored types on both sides: nothing added
+  ComparisonResult same = compare_dumps(q4, q4);
+  CHECK(same.profile_source.find("differently") == std::string::npos);
+  // a backend that multiplies in another type says so after the list
+  auto cuda = test::fresh_dir("cmp_stored_cuda");
+  make_dump(cuda, nullptr, {{"backend", "cuda"}, {"dtype", "bf16"}, {"weights_as_stored", "f32 x 5, q4_K x 7"}});
+  CHECK(compare_dumps(cuda, q4).ours_label == "cuda, weights f32 x 5, q4_K x 7 as stored (multiplied in bf16)");
+}
