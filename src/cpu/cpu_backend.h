@@ -30,7 +30,7 @@ struct CpuOptions {
   // is copied into anonymous huge pages (llama.cpp's --no-mmap) and the file's pages are dropped.
   bool copy_weights = false;
   // Called while the weights' pages are brought into memory: bytes done, bytes in all.
-  std::function<void(int64_t done, int64_t total)> on_load_progress;
+  std::function<void(int64_t done, int64_t total)> on_load_progress = nullptr;
   CpuLoadReport* report = nullptr;  // filled when given
 };
 
