@@ -136,7 +136,7 @@ TEST_CASE("every decode road gives the plain road's logits (bf16 weights, 40 ste
       CHECK(tokens == plain_tokens);
       double worst = 0;
       for (size_t s = 0; s < logits.size(); ++s) worst = std::max(worst, nmse(logits[s], plain_logits[s]));
-      MESSAGE(path << ": " << road.name << ": worst logits NMSE against the plain road " << worst);
+      MESSAGE(path << ": " << std::string(road.name) << ": worst logits NMSE against the plain road " << worst);
       CHECK(worst < 1e-10);  // the same bf16 weights: only the summation order differs
     }
   }
