@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/untrusted.h"
 #include "text/loaders.h"
 
 namespace journey {
@@ -17,7 +18,14 @@ const std::string kSpaceSymbol = "\xE2\x96\x81";  // "▁"
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   SentencePieceTokenizer(const std::filesystem::path& path, const TokenizerConfig& config) : source_(path.string()) {
-    const auto status = sp_.Load(path.string());
+    // libsentencepiece reports most bad files through its status, but its trie builder (Darts)
+    // throws on some (a zero-length piece: fuzz/crashes/sentencepiece): both become our error
+    sentencepiece::util::Status status;
+    try {
+      status = sp_.Load(path.string());
+    } catch (const std::exception& e) {
+      fail(source_, ": cannot load as a SentencePiece model: ", excerpt(e.what()));
+    }
     if (!status.ok()) fail(source_, ": cannot load as a SentencePiece model: ", status.ToString());
     piece_count_ = sp_.GetPieceSize();
 

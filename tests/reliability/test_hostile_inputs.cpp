@@ -347,6 +347,13 @@ TEST_CASE("llama2.c: the size a header implies is computed without wrapping arou
   CHECK_MESSAGE(e.find("implies 18446744073709551872 bytes but the file has 256 bytes") != std::string::npos, e);
 }
 
+TEST_CASE("sentencepiece: a model with a zero-length piece is refused (libsentencepiece's trie threw past the loader)") {
+  ScratchDir dir("sentencepiece-zero-length");
+  const fs::path file = dir.write("tokenizer.model", crash_input("sentencepiece/zero-length-piece.model"));
+  const std::string e = error_of([&] { load_sentencepiece_tokenizer(file, TokenizerConfig{}); });
+  CHECK_MESSAGE(e.find("tokenizer.model: cannot load as a SentencePiece model") != std::string::npos, e);
+}
+
 TEST_CASE("trace manifest: a config nested 20k deep is refused (copying it overflowed the stack)") {
   ScratchDir dir("manifest-deep");
   const fs::path file = dir.write("manifest.json", crash_input("trace/deep-config.txt"));
