@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/untrusted.h"
 #include "assets/gguf.h"
 #include "assets/hf_config.h"
 #include "assets/model.h"
@@ -43,13 +44,6 @@ using namespace journey;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 const fs::path kSource = JOURNEY_SOURCE_DIR;
 const fs::path kModel = kSource / "data/stories260K";
@@ -309,7 +303,7 @@ int main(int argc, char** argv) {
       variants.push_back({name, q.output, type_counts(r)});
     }
     {
-      const std::vector<int> ids = tokenizer->encode(slurp(kSource / "data/texts/calibration-original.txt"), true, false);
+      const std::vector<int> ids = tokenizer->encode(read_whole_file(kSource / "data/texts/calibration-original.txt"), true, false);
       std::vector<std::vector<int32_t>> windows;  // the calibration text in windows of 256 tokens, BOS first
       for (size_t b = 0; b < ids.size(); b += 256) {
         std::vector<int32_t> w(ids.begin() + long(b), ids.begin() + long(std::min(ids.size(), b + 256)));
@@ -339,7 +333,7 @@ int main(int argc, char** argv) {
     for (const Variant& v : variants)
       if (v.name != "Q4_0" && v.name != "RTN-g64") traced.push_back(v);
     stage_by_stage(traced, std::vector<int32_t>(prompt_ids.begin(), prompt_ids.end()), work);
-    const std::vector<int> text_ids = tokenizer->encode(slurp(kSource / "data/texts/tinystories-original.txt"), true, false);
+    const std::vector<int> text_ids = tokenizer->encode(read_whole_file(kSource / "data/texts/tinystories-original.txt"), true, false);
     quality_table(variants, std::vector<int32_t>(text_ids.begin(), text_ids.end()), work);
 
     return 0;

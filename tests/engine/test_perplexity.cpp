@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/untrusted.h"
 #include "assets/convert.h"
 #include "assets/model.h"
 #include "backend/backend.h"
@@ -77,13 +78,6 @@ const double kKlRisingFalling = 0.1 * std::log(0.25) + 0.2 * std::log(2.0 / 3) +
 // Windows of 6 tokens: C/2 = 3, so the rows at positions 3 and 4 are scored (predicting the tokens
 // at 4 and 5); 12 tokens make two windows, 4 scored predictions.
 const std::vector<int32_t> kTokens = {1, 2, 2, 1, 0, 3, /**/ 2, 2, 1, 3, 1, 0};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 fs::path scratch(const std::string& tag) {
   const fs::path dir = fs::path(JOURNEY_BINARY_DIR) / "test-scratch" / "perplexity" / tag;
@@ -213,7 +207,7 @@ TEST_CASE("a saved log-probability file is a base: the same figures as the base 
                        doctest::Contains("saved with a context of 6"), Error);
   CHECK_THROWS_WITH_AS(LogProbFile::open(dir / "base.logprobs", plan, 5, kTokens),
                        doctest::Contains("saved over a vocabulary of 4 tokens, this model has 5"), Error);
-  const std::string bytes = slurp(dir / "base.logprobs");
+  const std::string bytes = read_whole_file(dir / "base.logprobs");
   std::ofstream(dir / "short.logprobs", std::ios::binary).write(bytes.data(), std::streamsize(bytes.size() - 4));
   CHECK_THROWS_WITH_AS(LogProbFile::open(dir / "short.logprobs", plan, 4, kTokens), doctest::Contains("bytes, but 2 windows"),
                        Error);
@@ -224,7 +218,7 @@ TEST_CASE("a saved log-probability file is a base: the same figures as the base 
 TEST_CASE("stories260K on the shipped text: journey's figures are the PyTorch reference's") {
   // tests/data/perplexity/stories260K-ctx256.json: tools/quant/perplexity_reference.py, float64, with
   // the f32 model as base and its bf16 conversion as the model (regenerate: see PROVENANCE.md there).
-  const nlohmann::json golden = nlohmann::json::parse(slurp("tests/data/perplexity/stories260K-ctx256.json"));
+  const nlohmann::json golden = nlohmann::json::parse(read_whole_file("tests/data/perplexity/stories260K-ctx256.json"));
   const fs::path dir = scratch("bf16");
   convert_llama2c_to_hf({.checkpoint = "tests/data/models/stories260K/stories260K.bin",
                          .tokenizer_model = "tests/data/models/stories260K/tok512.model",
@@ -233,7 +227,7 @@ TEST_CASE("stories260K on the shipped text: journey's figures are the PyTorch re
   const LoadedModel f32 = load_model(journey::test::kStoriesModel);
   const LoadedModel bf16 = load_model(dir / "stories260K-bf16");
   const auto tokenizer = load_tokenizer(f32.path);
-  const std::vector<int> ids = tokenizer->encode(slurp(kText), true, false);
+  const std::vector<int> ids = tokenizer->encode(read_whole_file(kText), true, false);
   const std::vector<int32_t> tokens(ids.begin(), ids.end());
   REQUIRE(int64_t(tokens.size()) == golden["tokens"].get<int64_t>());
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/untrusted.h"
 #include "assets/model.h"
 #include "assets/safetensors.h"
 #include "core/dtype.h"
@@ -35,16 +36,9 @@ using namespace journey::test;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The calibration text cut into windows of `context` tokens, BOS first (as a trace of each would run).
 std::vector<std::vector<int32_t>> calibration_windows(const Tokenizer& tokenizer, int64_t context) {
-  const std::vector<int> ids = tokenizer.encode(slurp("data/texts/calibration-original.txt"), true, false);
+  const std::vector<int> ids = tokenizer.encode(read_whole_file("data/texts/calibration-original.txt"), true, false);
   std::vector<std::vector<int32_t>> windows;
   for (size_t begin = 0; begin < ids.size(); begin += size_t(context)) {
     std::vector<int32_t> w(ids.begin() + long(begin), ids.begin() + long(std::min(ids.size(), begin + size_t(context))));
@@ -183,7 +177,7 @@ TEST_CASE("AWQ checkpoints of stories260K: journey's loader and AutoAWQ's unpack
   CHECK(rtn.layers.size() == 5);  // RTN with calibration still reports its errors
   CHECK(awq.tensor_bytes == quant::awq_checkpoint_bytes(f32.config, 64));  // the plan from config.json alone
 
-  const nlohmann::json config = nlohmann::json::parse(slurp(dir / "awq/config.json"));
+  const nlohmann::json config = nlohmann::json::parse(read_whole_file(dir / "awq/config.json"));
   CHECK(config["quantization_config"]["group_size"] == 64);
   CHECK(config["quantization_config"]["modules_to_not_convert"].size() == 15);
   CHECK(fs::exists(dir / "awq/tokenizer.model"));
@@ -205,7 +199,7 @@ TEST_CASE("AWQ checkpoints of stories260K: journey's loader and AutoAWQ's unpack
     }
   }
   // over the shipped text, the AWQ model's next-token distributions are closer to f32's than RTN's
-  const std::vector<int> ids = tokenizer->encode(slurp("data/texts/tinystories-original.txt"), true, false);
+  const std::vector<int> ids = tokenizer->encode(read_whole_file("data/texts/tinystories-original.txt"), true, false);
   const std::vector<int32_t> tokens(ids.begin(), ids.end());
   auto base = make_reference_backend(f32);
   PerplexityOptions p;
