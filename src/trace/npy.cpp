@@ -159,12 +159,14 @@ NpyArray read_npy(const std::filesystem::path& path) {
   if (found != expected)
     fail(path.string(), ": shape ", shape_string(array.shape), " of ", descr, " needs ", expected,
          " data bytes, found ", found);
+  // An empty array (a zero in its shape) copies nothing: memcpy from or to an empty vector's null
+  // data() is undefined even for 0 bytes (UBSan, fuzz/crashes/trace/npy-zero-elements.txt).
   if (array.dtype == NpyDType::F32) {
     array.f32.resize(array.numel());
-    std::memcpy(array.f32.data(), bytes.data() + data_start, expected);
+    if (expected > 0) std::memcpy(array.f32.data(), bytes.data() + data_start, expected);
   } else {
     array.i32.resize(array.numel());
-    std::memcpy(array.i32.data(), bytes.data() + data_start, expected);
+    if (expected > 0) std::memcpy(array.i32.data(), bytes.data() + data_start, expected);
   }
   return array;
 }
