@@ -66,7 +66,10 @@ runnable() { [ -n "$1" ] && { [ -x "$1" ] || [ -f "$1" ]; }; }
 # ---- 0. the machine -----------------------------------------------------------------------------
 { nvidia-smi || true; nvidia-smi --query-gpu=name,memory.total,clocks.max.memory,driver_version --format=csv || true
   command -v nvcc || ls /usr/local/cuda/bin/nvcc || true; nproc; free -g; df -h /tmp; } > "$OUT/machine.txt" 2>&1
-git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
+# the commit the programs were built from: the pack records it (the device's copy of the tree may
+# carry another HEAD), else this checkout's
+if [ -n "${PREBUILT:-}" ] && [ -f "$PREBUILT/commit.txt" ]; then cp "$PREBUILT/commit.txt" "$OUT/commit.txt"
+else git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true; fi
 GPU_VISIBLE=0
 nvidia-smi -L > /dev/null 2>&1 && GPU_VISIBLE=1
 log "GPU visible: $GPU_VISIBLE"

@@ -24,6 +24,8 @@ for t in $TARGETS; do grep -qx "$t" <<< "$available" && build_targets+=("$t"); d
 cmake --build "$BUILD" -j"$(nproc)" --target "${build_targets[@]}"
 rm -rf "$PACK"
 mkdir -p "$PACK/bin" "$PACK/real" "$PACK/lib"
+# what the programs were built from: HEAD, and whether the tree had uncommitted changes
+{ git rev-parse HEAD; git diff --quiet HEAD -- . || echo "(plus uncommitted changes)"; } > "$PACK/commit.txt" 2>/dev/null || true
 for t in "${build_targets[@]}"; do
   exe=$(find "$BUILD" -type f -name "$t" -perm -u+x | head -n 1)
   [ -n "$exe" ] || continue
