@@ -37,6 +37,8 @@ void register_bench(CLI::App& app) {
     std::unique_ptr<Backend> backend;
     LoadInfo load;
     BenchOptions options = args->options;
+    // the ceilings are this machine's (memory bandwidth, CPU GEMM): a GPU's rates are not set against them
+    if (args->device.rfind("cuda", 0) == 0) options.measure_ceilings = false;
     std::string weight_types;
     {
       LoadedModel model = load_model(path);  // released once the backend holds what it needs (the mapping)

@@ -156,6 +156,7 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
   r.threads = resolve_threads(options.threads);
   r.prompt_tokens = options.prompt_tokens, r.gen_tokens = options.gen_tokens, r.runs = options.runs;
   r.load_average = load_average();
+  r.ceilings_measured = options.measure_ceilings;
 
   // What one token costs: every weight matrix is read once per decode step; prefill does
   // 2 FLOPs per weight per token, plus attention (q.k and weights.v over the causal triangle).
@@ -273,6 +274,20 @@ std::string format_bench_table(const BenchResult& r) {
                 "setup    %d threads, %d prompt tokens, %d generated tokens, %d runs, load average %.2f at start\n",
                 r.threads, r.prompt_tokens, r.gen_tokens, r.runs, r.load_average);
   out << line;
+  if (!r.ceilings_measured) {  // a device whose ceilings are not this machine's (a GPU): the rates alone
+    std::snprintf(line, sizeof line, "model    %.3g GB of weights read per decoded token, %.3g GFLOP per prefill\n",
+                  r.decode_bytes_per_token / gb, r.prefill_flops / gb);
+    out << line;
+    for (const auto& [name, s] : {std::pair{"prefill", r.prefill_tok_s}, std::pair{"decode", r.decode_tok_s}}) {
+      std::snprintf(line, sizeof line, "%-8s %9.2f tok/s  (%.2f .. %.2f)\n", name, s.median, s.min, s.max);
+      out << line;
+    }
+    out << "ceilings not measured: this machine's memory bandwidth and GEMM rate say nothing about this device "
+           "(a GPU's: tests/cuda/cuda_bench, scripts/gpu-check.sh)\n";
+    std::snprintf(line, sizeof line, "memory   load %.1f s (host)\n", r.load_seconds);
+    out << line;
+    return out.str();
+  }
   std::snprintf(line, sizeof line,
                 "machine  read bandwidth %.1f GB/s (%.1f .. %.1f, probed after each run), FP32 GEMM %.1f GFLOP/s "
                 "(measured now)\n",
@@ -314,7 +329,7 @@ std::string format_bench_table(const BenchResult& r) {
 
 nlohmann::json bench_json(const BenchResult& r) {
   auto spread_json = [](const Spread& s) { return nlohmann::json{{"median", s.median}, {"min", s.min}, {"max", s.max}}; };
-  return {{"model", r.model},
+  nlohmann::json j = {{"model", r.model},
           {"threads", r.threads},
           {"prompt_tokens", r.prompt_tokens},
           {"gen_tokens", r.gen_tokens},
@@ -345,7 +360,15 @@ nlohmann::json bench_json(const BenchResult& r) {
           {"weight_types", r.weight_types},
           {"model_file_bytes", r.model_file_bytes},
           {"resident_after_load_bytes", r.resident_after_load},
-          {"resident_peak_bytes", r.resident_peak}};
+          {"resident_peak_bytes", r.resident_peak},
+          {"ceilings_measured", r.ceilings_measured}};
+  if (!r.ceilings_measured)  // no ceiling, no fraction of one (null, not a division by zero)
+    for (const char* key : {"read_bandwidth_gb_s", "gemm_gflop_s", "prefill_ceiling_tok_s", "decode_ceiling_tok_s",
+                            "prefill_fraction_of_ceiling", "decode_fraction_of_ceiling", "read_bandwidth_runs_gb_s",
+                            "decode_fraction_of_ceiling_per_run", "prefill_gemm_ceiling_gflop_s",
+                            "gemm_gflop_s_per_cpu_second_x_threads", "prefill_ceiling_tok_s_per_cpu_second_x_threads"})
+      j[key] = nullptr;
+  return j;
 }
 
 }  // namespace journey

@@ -71,6 +71,9 @@ struct BenchResult {
     return prefill_ceiling_tok_s() * (gemm_gflop_s > 0 ? gemm_cpu_gflop_s / gemm_gflop_s : 0.0);
   }
   double load_average = -1;           // 1-minute load average when the run started
+  // Whether this machine's ceilings were measured (BenchOptions::measure_ceilings): not for a GPU,
+  // whose rates the host's memory and GEMM say nothing about; then no rate is set against them.
+  bool ceilings_measured = false;
   // This process's resident memory (bytes, /proc/self/status): after loading (before the KV cache),
   // and the peak (VmHWM) at the end, KV cache and buffers included; -1 where unknown.
   int64_t resident_after_load = -1, resident_peak = -1, model_file_bytes = 0;

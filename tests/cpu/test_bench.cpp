@@ -26,6 +26,12 @@ TEST_CASE("bench: bytes per decoded token = every weight except the (untied) emb
     auto json = bench_json(r);
     CHECK(json["prompt_tokens"] == 5);
     CHECK(json.contains("decode_fraction_of_ceiling"));
+    // without ceilings no rate is set against one: null in the JSON, no percentage in the table
+    CHECK(json["decode_fraction_of_ceiling"].is_null());
+    CHECK(json["ceilings_measured"] == false);
+    const std::string table = format_bench_table(r);
+    CHECK(table.find("ceilings not measured") != std::string::npos);
+    CHECK(table.find('%') == std::string::npos);
   }
 }
 
@@ -48,6 +54,7 @@ TEST_CASE("bench: with the ceilings measured, every run's decode has its own ban
   auto json = bench_json(r);
   CHECK(json["decode_fraction_of_ceiling_per_run"]["median"].get<double>() == doctest::Approx(r.decode_fraction.median));
   CHECK(json["read_bandwidth_runs_gb_s"]["max"].get<double>() == doctest::Approx(r.bandwidth_runs_gb_s.max));
+  CHECK(json["ceilings_measured"] == true);
   const std::string table = format_bench_table(r);
   CHECK(table.find("each run against its own probe") != std::string::npos);
 }
