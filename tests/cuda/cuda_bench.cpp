@@ -119,6 +119,9 @@ int main(int argc, char** argv) {
       backend = make_cuda_backend(model, cuda_options);
     }
     const double load_s = seconds_since(t0);
+    // the bytes a decode step reads as the device holds them (bf16 or stored blocks), not every
+    // weight in f32 (BenchOptions' default, which made decode_bytes_per_token twice the truth)
+    options.weight_bytes_per_token = double(backend->weight_bytes_per_token());
     BenchResult result = run_bench(*backend, options);
     result.model = path;
     result.load_seconds = load_s;
