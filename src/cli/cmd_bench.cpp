@@ -39,7 +39,6 @@ void register_bench(CLI::App& app) {
     BenchOptions options = args->options;
     // the ceilings are this machine's (memory bandwidth, CPU GEMM): a GPU's rates are not set against them
     if (args->device.rfind("cuda", 0) == 0) options.measure_ceilings = false;
-    std::string weight_types;
     {
       LoadedModel model = load_model(path);  // released once the backend holds what it needs (the mapping)
       load.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -48,14 +47,13 @@ void register_bench(CLI::App& app) {
       backend = make_backend(model, args->device, flags, &load);
       options.weight_bytes_per_token = decode_bytes_per_token(model.config, model.weights);
       options.prefill_path = args->device == "cpu" ? prefill_path(model.weights) : "f32";
-      weight_types = weight_type_summary(model.weights);
     }
     BenchResult result = run_bench(*backend, options);
     result.model = path;
     result.load_seconds = load.seconds;
     result.resident_after_load = load.resident_bytes;
     result.model_file_bytes = load.file_bytes;
-    result.weight_types = weight_types;
+    result.weight_types = backend->stored_weight_types();
     if (args->json)
       std::cout << bench_json(result).dump(2) << "\n";
     else

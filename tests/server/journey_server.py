@@ -75,6 +75,20 @@ class JourneyServer:
     def alive(self):
         return self.process is not None and self.process.poll() is None
 
+    def stop_checked(self):
+        """Stops the server; raises with its log if it had died before (a test suite's teardown:
+        a server that crashed under the tests fails the suite even when every test passed)."""
+        alive = self.alive()
+        log = self.log_text() if not alive else ""
+        self.stop()
+        if not alive:
+            raise RuntimeError(f"the server died during the tests:\n{log}")
+
+    def openai_client(self):
+        """The official client pointed at this server (no retries: a failure shows as it is)."""
+        import openai  # only the client suites need it; the others run without the package
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=self.key, max_retries=0)
+
     def log_text(self):
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
             return f.read()

@@ -31,15 +31,11 @@ client = None      # openai.OpenAI pointed at it
 def setUpModule():
     global server, client
     server = JourneyServer(ARGS.journey, ARGS.model, MODEL).__enter__()
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key=server.key, max_retries=0)
+    client = server.openai_client()
 
 
 def tearDownModule():
-    alive = server.alive()
-    log = server.log_text() if not alive else ""
-    server.stop()
-    if not alive:
-        raise RuntimeError(f"the server died during the tests:\n{log}")
+    server.stop_checked()
 
 
 def collect_completion_stream(stream):

@@ -16,8 +16,6 @@ import os
 import sys
 import unittest
 
-import openai
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from journey_server import JourneyServer  # noqa: E402
 
@@ -34,15 +32,11 @@ sys.path.insert(0, os.path.join(REPO, "tools", "python"))
 def setUpModule():
     global server, client
     server = JourneyServer(ARGS.journey, ARGS.model, MODEL).__enter__()
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key=server.key, max_retries=0)
+    client = server.openai_client()
 
 
 def tearDownModule():
-    alive = server.alive()
-    log = server.log_text() if not alive else ""
-    server.stop()
-    if not alive:
-        raise RuntimeError(f"the server died during the tests:\n{log}")
+    server.stop_checked()
 
 
 def hf_tokenizer():
