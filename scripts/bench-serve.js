@@ -13,6 +13,13 @@
 //        --single-requests 4 --requests 32 --concurrency 16 --min-out 32 --max-out 128 [--seed 1]
 //
 // Single-stream requests all ask for --max-out tokens. --single-requests 0 skips that phase.
+//
+// Behind a load balancer (tests/server/test_rolling_restart.py, deploy/README.md):
+//   --metrics-url URL,URL  read /metrics from these servers (the replicas) instead of --url, summed
+//   --keep-going           a failed request is counted, with its reason, instead of ending the run
+//   SIGINT / SIGTERM       start no new request, finish those in flight, print the report
+// The report counts requests sent, completed and failed; the run fails (exit 1) when one failed or
+// a KV block is still in use afterwards.
 const args = Object.fromEntries(process.argv.slice(2).reduce((acc, a, i, all) => {
   if (a.startsWith('--')) acc.push([a.slice(2), all[i + 1]]);
   return acc;
@@ -20,6 +27,10 @@ const args = Object.fromEntries(process.argv.slice(2).reduce((acc, a, i, all) =>
 const url = args.url ?? 'http://127.0.0.1:8000';
 const key = args.key ?? process.env.JOURNEY_API_KEY ?? '';
 const model = args.model;
+const metricsUrls = (args['metrics-url'] ?? url).split(',');
+const keepGoing = 'keep-going' in args;
+let stopping = false;  // a signal came: no new requests
+for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => { stopping = true; });
 const total = Number(args.requests ?? 32);
 const concurrency = Number(args.concurrency ?? 16);
 const singleRequests = Number(args['single-requests'] ?? 4);
@@ -28,13 +39,20 @@ let seed = Number(args.seed ?? 1);
 const rand = () => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed / 2147483648; };
 const words = 'once upon a time there was a little girl named lily she loved to play outside with her dog in the park'.split(' ');
 
-const metrics = async () => {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const get = (n) => Number((text.split('\n').find((l) => l.startsWith(n + ' ')) ?? 'x NaN').split(' ')[1]);
+const metricsOf = async (base) => {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  // Series carry model_name="..." (and replica="...") labels: drop them to name a series.
+  const plain = (l) => l.replace(/(model_name|replica)="(?:[^"\\]|\\.)*",?/g, '').replace(',}', '}').replace('{}', '');
+  const get = (n) => Number((text.split('\n').map(plain).find((l) => l.startsWith(n + ' ')) ?? 'x NaN').split(' ')[1]);
   return { used: get('journey:kv_blocks_used'), allocated: get('journey:kv_slots_allocated'), filled: get('journey:kv_slots_filled'),
            preemptions: get('journey:num_preemptions_total'), running: get('journey:num_requests_running'),
            steps: get('journey:engine_step_seconds_count'), stepSeconds: get('journey:engine_step_seconds_sum'),
            sampled: get('journey:engine_step_sampled_tokens_sum') };
+};
+// Summed over the servers (counters of a replica that restarted start again from 0).
+const metrics = async () => {
+  const all = await Promise.all(metricsUrls.map(metricsOf));
+  return Object.fromEntries(Object.keys(all[0]).map((k) => [k, all.reduce((a, m) => a + m[k], 0)]));
 };
 
 async function one(i, fixedOut) {
@@ -76,7 +94,7 @@ const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s.lengt
 // One phase: `count` requests, `width` in flight at a time.
 async function phase(count, width, fixedOut) {
   const before = await metrics();
-  const results = [];
+  const results = [], failures = [];
   let next = 0;
   const slotSamples = [];
   const sampler = setInterval(async () => {
@@ -84,7 +102,15 @@ async function phase(count, width, fixedOut) {
   }, 250);
   const t0 = performance.now();
   await Promise.all(Array.from({ length: Math.min(width, count) }, async () => {
-    while (next < count) results.push(await one(next++, fixedOut));
+    while (next < count && !stopping) {
+      const i = next++;
+      try {
+        results.push(await one(i, fixedOut));
+      } catch (e) {
+        if (!keepGoing) throw e;
+        failures.push(e.message);
+      }
+    }
   }));
   const seconds = (performance.now() - t0) / 1000;
   clearInterval(sampler);
@@ -94,7 +120,8 @@ async function phase(count, width, fixedOut) {
   const itl = results.flatMap((r) => r.itl);
   const steps = after.steps - before.steps;
   const report = {
-    requests: results.length, concurrency: width, seconds: +seconds.toFixed(2), output_tokens: outTokens,
+    requests: results.length, requests_sent: next, requests_failed: failures.length, failures: failures.slice(0, 20),
+    concurrency: width, seconds: +seconds.toFixed(2), output_tokens: outTokens,
     output_tokens_per_s: +(outTokens / seconds).toFixed(2), requests_per_s: +(results.length / seconds).toFixed(3),
     ttft_ms: { p50: +pct(results.map((r) => r.ttft), 50).toFixed(1), p99: +pct(results.map((r) => r.ttft), 99).toFixed(1) },
     itl_ms: { p50: +pct(itl, 50).toFixed(1), p99: +pct(itl, 99).toFixed(1) },
@@ -105,7 +132,7 @@ async function phase(count, width, fixedOut) {
     kv_slot_fill_under_load: slotSamples.length ? +(slotSamples.reduce((a, b) => a + b, 0) / slotSamples.length).toFixed(4) : null,
     preemptions: after.preemptions - before.preemptions, kv_blocks_used_after: after.used,
   };
-  if (results.length !== count || after.used !== 0) {
+  if (results.length !== next || failures.length > 0 || (!stopping && next !== count) || after.used !== 0) {
     console.error(JSON.stringify(report, null, 2));
     console.error('FAIL: lost requests or KV blocks still in use');
     process.exit(1);

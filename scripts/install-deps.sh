@@ -6,9 +6,11 @@ packages=(
   build-essential cmake pkg-config git xz-utils
   libeigen3-dev nlohmann-json3-dev libsentencepiece-dev libgraphviz-dev graphviz libpcre2-dev libutf8proc-dev
   doctest-dev libcpp-httplib-dev libcli11-dev libssl-dev
+  haproxy  # the load balancer of deploy/ and tests/server/test_rolling_restart.py (docs/serving.md, Replicas)
   python3-numpy python3-torch python3-jinja2 python3-sentencepiece python3-venv python3-pip
   curl chromium
   clang-14 libclang-rt-14-dev libfuzzer-14-dev  # the libFuzzer targets in fuzz/ (docs/reliability.md)
+  libopenmpi-dev openmpi-bin  # tensor parallelism between processes (src/parallel, mpirun; tests/parallel)
 )
 # Node.js, for the load test scripts/bench-serve.js (Node's built-ins only, no npm packages):
 # Debian's, unless one is already installed.

@@ -4,6 +4,7 @@ standard library only), read its /metrics and its resident memory. Loopback only
 import http.client
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -100,10 +101,21 @@ def metrics(port):
         if line and not line.startswith("#"):
             name, _, value = line.rpartition(" ")
             try:
-                values[name] = float(value)
+                values[without_server_labels(name)] = float(value)
             except ValueError:
                 pass
     return values
+
+
+SERVER_LABELS = re.compile(r'(?:model_name|replica)="(?:[^"\\]|\\.)*",?')
+
+
+def without_server_labels(series):
+    """'journey:x{model_name="m",replica="r",le="1"}' -> 'journey:x{le="1"}', 'journey:y{model_name="m"}' ->
+    'journey:y': the labels every series of one server carries, dropped so that callers name a series
+    the same way whatever the model or replica."""
+    series = SERVER_LABELS.sub("", series).replace(",}", "}")
+    return series[:-2] if series.endswith("{}") else series
 
 
 def wait_blocks_free(port, timeout=15):

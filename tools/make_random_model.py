@@ -31,11 +31,21 @@ PRESETS = {
     "tiny-qwen2": dict(model_type="qwen2", hidden_size=64, intermediate_size=176, num_hidden_layers=2,
                        num_attention_heads=4, num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
                        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True),
+    # tiny-qwen2 with Qwen2.5's real vocabulary (151,936 rows, pair it with --tokenizer-from a Qwen2.5
+    # tokenizer): structured-output tests draw from the full byte-level BPE vocabulary (40 MB in f32).
+    "tiny-qwen2-151k": dict(model_type="qwen2", hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, vocab_size=151936, max_position_embeddings=1024,
+                            rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True),
     # head_dim 32 != hidden_size / heads (16): Qwen3 sets it explicitly.
     "tiny-qwen3": dict(model_type="qwen3", hidden_size=64, intermediate_size=176, num_hidden_layers=2,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=512,
                        max_position_embeddings=256, rope_theta=1000000.0, rms_norm_eps=1e-6,
                        tie_word_embeddings=True),
+    # Splits on quantized block boundaries at --tensor-parallel 2 (o_proj and down_proj inputs of
+    # 256 and 512 per rank: whole Q8_0 and Q4_K blocks) and 4 (128, 256: whole Q8_0 blocks): tests/parallel.
+    "tp-blocks": dict(model_type="llama", hidden_size=512, intermediate_size=1024, num_hidden_layers=2,
+                      num_attention_heads=8, num_key_value_heads=4, vocab_size=512, max_position_embeddings=256,
+                      rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False),
     "tinyllama-1.1b": dict(model_type="llama", hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
                            num_attention_heads=32, num_key_value_heads=4, vocab_size=32000,
                            max_position_embeddings=2048, rope_theta=10000.0, rms_norm_eps=1e-5,

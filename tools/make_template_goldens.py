@@ -79,6 +79,35 @@ CONVERSATIONS = {
     ],
 }
 
+# Tool calling (OpenAI `tools`, assistant `tool_calls`, role "tool" answers) as journey's server
+# hands it to a template: function arguments as a JSON object (vLLM and transformers parse the
+# OpenAI argument string), content "" when an assistant turn only calls a tool (OpenAI's null; None
+# would break Qwen3's template, which searches the content for "</think>").
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"},
+                                                        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                       "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "add", "description": "Add two integers.",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                       "required": ["a", "b"]}}},
+]
+TOOL_CALL = {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "巴黎", "unit": "celsius"}}}
+TOOL_CONVERSATIONS = {
+    "tools_offered": [msg("system", "You are a helpful assistant."), msg("user", "What is the weather in Paris?")],
+    "tools_no_system": [msg("user", "Add 2 and 3.")],
+    "tool_call_and_answer": [
+        msg("user", "What is the weather in Paris?"),
+        {"role": "assistant", "content": "", "tool_calls": [TOOL_CALL]},
+        {"role": "tool", "tool_call_id": "call_0", "name": "get_weather", "content": "{\"temperature\": 21}"},
+    ],
+}
+# Templates with a tool section, rendered with TOOLS.
+TOOL_TEMPLATES = ["Qwen-Qwen2.5-7B-Instruct.jinja", "hf-qwen3.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja",
+                  "meta-llama-Llama-3.2-3B-Instruct.jinja"]
+
 # template file -> (bos_token, eos_token) as the model's tokenizer_config.json names them,
 # and extra variables to render with (besides the defaults).
 TEMPLATES = {
@@ -93,7 +122,7 @@ TEMPLATES = {
 }
 
 
-def render_all(source, bos, eos, extras, conversations):
+def render_all(source, bos, eos, extras, conversations, tools=None):
     env = environment()
     template = env.from_string(source)
     renders = []
@@ -108,6 +137,8 @@ def render_all(source, bos, eos, extras, conversations):
                 }
                 context = dict(messages=messages, add_generation_prompt=add_generation_prompt,
                                bos_token=bos, eos_token=eos)
+                if tools is not None:
+                    context["tools"] = tools
                 context.update(extra)
                 try:
                     entry["expected"] = template.render(**context)
@@ -152,6 +183,19 @@ def main():
             "renders": render_all(source, bos, eos, extras, CONVERSATIONS),
         })
         write(f"{OUT}/{file_name[:-len('.jinja')]}.json", doc)
+
+    # The templates with a tool section, given `tools` and conversations that call a tool and
+    # answer it (role "tool").
+    doc = header(f"{len(TOOL_TEMPLATES)} templates with a tool section rendered with {len(TOOLS)} tools")
+    doc["tools"] = TOOLS
+    doc["templates"] = []
+    for file_name in TOOL_TEMPLATES:
+        bos, eos, _ = TEMPLATES[file_name]
+        path = f"{DATA}/templates/{file_name}"
+        source = open(path, encoding="utf-8").read()
+        doc["templates"].append({"template_file": path, "bos_token": bos, "eos_token": eos,
+                                 "renders": render_all(source, bos, eos, [{}], TOOL_CONVERSATIONS, tools=TOOLS)})
+    write(f"{OUT}/tool-templates.json", doc)
 
     # The 30 llama.cpp case templates rendered raw (no llama.cpp polyfills) by Jinja2: an
     # independent check of the interpreter on many small real templates.

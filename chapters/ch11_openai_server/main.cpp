@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
     metrics_text = metrics->body;
     std::istringstream m(metrics_text);
     for (std::string line; std::getline(m, line);)
-      if (line.rfind("journey:kv_blocks_used ", 0) == 0) kv_used_line = line;
+      if (line.rfind("journey:kv_blocks_used{", 0) == 0) kv_used_line = line;  // {model_name="..."} 0
     if (kv_used_line.size() > 1 && kv_used_line.substr(kv_used_line.rfind(' ') + 1) == "0") break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

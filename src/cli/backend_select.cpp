@@ -2,13 +2,23 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/process_memory.h"
+#include "engine/traced_generation.h"
+#include "parallel/communicator.h"
+#include "parallel/shard.h"
+#include "parallel/tensor_parallel.h"
 #include "reference/reference_backend.h"
+#include "text/tokenizer.h"
+#include "trace/dump_sink.h"
 #if defined(JOURNEY_HAVE_CUDA)
 #include "cuda/cuda_backend.h"
 #endif
@@ -42,7 +52,84 @@ struct ProgressLine {
   }
 };
 
+// The MPI world of a --tensor-parallel N run, checked: MPI built in, started by mpirun with N
+// processes, and a device that has a sharded path. Null when not tensor-parallel.
+Communicator* tensor_parallel_world(const std::string& device, const BackendFlags& flags) {
+  const int launched = launcher_world_size();
+  if (flags.tensor_parallel < 1) fail("--tensor-parallel: expected 1 or more ranks, found ", flags.tensor_parallel);
+  if (flags.tensor_parallel == 1) {
+    if (launched > 1)
+      fail("this process is one of ", launched, " started by mpirun, but --tensor-parallel is 1: every process would ",
+           "run the whole command; pass --tensor-parallel ", launched, " to split the model over them");
+    return nullptr;
+  }
+  if (device != "cpu")
+    fail("--tensor-parallel ", flags.tensor_parallel, ": --device ", device,
+         " has no tensor-parallel path in this build; use --device cpu");
+  Communicator& world = mpi_world();
+  if (world.size() != flags.tensor_parallel)
+    fail("--tensor-parallel ", flags.tensor_parallel, " but the MPI world has ", world.size(), " process",
+         world.size() == 1 ? "" : "es", "; start it as: mpirun -np ", flags.tensor_parallel, " journey ... --tensor-parallel ",
+         flags.tensor_parallel);
+  expect_tensor_parallel_followers(world);  // rank 0: the followers are told to stop even if this process fails first
+  return &world;
+}
+
+// A follower's part of `journey trace`: the forward steps rank 0 traces, recorded into
+// DIR/rank<r>/ with the step marks rank 0's dump has (step 0 the prefill, then one per decode).
+void follow_with_trace(Backend& shard, Communicator& world, const LoadedModel& model, const BackendFlags& flags) {
+  const std::filesystem::path dir = std::filesystem::path(flags.follower_trace_dir) / cat("rank", world.rank());
+  DumpSink sink(dir, flags.follower_trace_filters);
+  std::vector<int32_t> prompt;  // [T] the prefill's tokens, for the manifest
+  run_tensor_parallel_follower(shard, world, [&sink, &prompt](const ForwardBatch& batch, int64_t step) -> TraceSink* {
+    const SequenceInput& s = batch.sequences.front();
+    if (step == 0) prompt = s.tokens;
+    std::vector<int64_t> positions;  // [T]
+    for (size_t t = 0; t < s.tokens.size(); ++t) positions.push_back(s.start_position + int64_t(t));
+    sink.set_step(int(step), step == 0 ? "prefill" : "decode", std::move(positions));
+    return &sink;
+  });
+  Manifest& m = sink.manifest();
+  m.generated_by_tool = cat("journey trace (rank ", world.rank(), " of ", world.size(), ")");
+  m.model = manifest_model(model.path, shard.config());
+  m.settings = backend_manifest_settings(shard);
+  m.tensor_parallel = manifest_tensor_parallel(shard.config(), world.rank(), world.size());
+  // the prompt as rank 0 fed it; its text and pieces where the model directory has a tokenizer
+  std::unique_ptr<Tokenizer> tokenizer;
+  try {
+    tokenizer = load_tokenizer(model.path);
+  } catch (const Error&) {
+    // no tokenizer with the model (rank 0 was given --tokenizer): ids without pieces
+  }
+  for (int32_t id : prompt) m.tokens.push_back({id, tokenizer ? tokenizer->piece(id) : cat("#", id)});
+  if (tokenizer) m.prompt = tokenizer->decode(std::vector<int>(prompt.begin(), prompt.end()));
+  sink.finish([&tokenizer](int32_t id) {
+    return tokenizer && id < tokenizer->vocab_size() ? tokenizer->piece(id) : std::string();
+  });
+}
+
 }  // namespace
+
+ManifestTensorParallel manifest_tensor_parallel(const ModelConfig& config, int rank, int size) {
+  const TensorParallelShard s = plan_shard(config, rank, size, "the model");
+  auto range = [](int64_t begin, int64_t n) { return nlohmann::json::array({begin, begin + n}); };
+  ManifestTensorParallel m;
+  m.rank = rank, m.world_size = size;
+  m.shard = {{"heads", range(s.head_begin, s.heads)},
+             {"kv_heads", range(s.kv_head_begin, s.kv_heads)},
+             {"ffn_columns", range(s.ffn_begin, s.ffn_columns)},
+             {"vocabulary", range(s.vocab_begin, s.vocab_rows)},
+             {"kv_heads_shared", s.kv_replicated}};
+  return m;
+}
+
+void follow_if_tensor_parallel_follower(const std::string& model_path, const std::string& device,
+                                        const BackendFlags& flags) {
+  Communicator* world = tensor_parallel_world(device, flags);
+  if (!world || world->rank() == 0) return;
+  const LoadedModel model = load_model(model_path);
+  make_backend(model, device, flags);  // a follower's never returns
+}
 
 void add_backend_flags(CLI::App* cmd, BackendFlags& flags) {
   cmd->add_option("--kv-cache-dtype", flags.kv_cache_dtype,
@@ -50,6 +137,11 @@ void add_backend_flags(CLI::App* cmd, BackendFlags& flags) {
       ->capture_default_str();
   cmd->add_flag("--no-mmap", flags.no_mmap,
                 "copy the weights into memory instead of using them in place in the file's memory map");
+  cmd->add_option("--tensor-parallel", flags.tensor_parallel,
+                  "split the model over N MPI ranks (start with: mpirun -np N journey ... --tensor-parallel N; "
+                  "--device cpu)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 }
 
 std::string load_line(const LoadInfo& info) {
@@ -65,7 +157,9 @@ std::string load_line(const LoadInfo& info) {
 }
 
 std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::string& device, int threads) {
-  return make_backend(model, device, BackendFlags{.threads = threads});
+  BackendFlags flags;
+  flags.threads = threads;
+  return make_backend(model, device, flags);
 }
 
 std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::string& device, const BackendFlags& flags,
@@ -74,6 +168,7 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::strin
   if (device != "cpu" && kv != DType::F32)
     fail("--kv-cache-dtype ", flags.kv_cache_dtype, ": only --device cpu keeps its KV cache in another type than f32 (",
          device, " keeps f32)");
+  Communicator* world = tensor_parallel_world(device, flags);  // null unless --tensor-parallel N > 1
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Backend> backend;
   if (device == "reference") {
@@ -84,7 +179,32 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::strin
     CpuOptions options{.threads = flags.threads, .kv_dtype = kv, .copy_weights = flags.no_mmap};
     options.on_load_progress = [&progress](int64_t done, int64_t total) { progress.update(done, total); };
     options.report = &report;
+    if (world) {
+      // the ranks share this machine's cores unless told otherwise
+      if (options.threads == 0)
+        options.threads = std::max(1, int(std::thread::hardware_concurrency()) / world->size());
+      options.communicator = world;
+    }
     backend = make_cpu_backend(model, options);
+    if (world && world->rank() != 0) {
+      // mpirun passes a Ctrl-C or SIGTERM to every rank; a follower leaves when rank 0, having
+      // finished its own shutdown (a server's in-flight requests), tells it to
+      std::signal(SIGINT, SIG_IGN);
+      std::signal(SIGTERM, SIG_IGN);
+      if (flags.follower_trace_dir.empty())
+        run_tensor_parallel_follower(*backend, *world);
+      else
+        follow_with_trace(*backend, *world, model, flags);
+      backend.reset();
+      std::exit(0);  // MPI is finalized at exit (parallel/communicator.cpp)
+    }
+    if (world) {
+      const ModelConfig& c = backend->config();
+      for (int r = 0; r < world->size(); ++r)
+        std::fprintf(stderr, "journey: tensor parallel over %s, %s\n", world->transport().c_str(),
+                     plan_shard(c, r, world->size(), model.path.string()).describe().c_str());
+      backend = make_tensor_parallel_backend(std::move(backend), *world);
+    }
     if (info) info->in_place_bytes = report.bytes_in_place, info->copied_bytes = report.bytes_copied;
   } else if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
 #if defined(JOURNEY_HAVE_CUDA)

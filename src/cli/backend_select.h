@@ -11,6 +11,8 @@
 
 #include "assets/model.h"
 #include "backend/backend.h"
+#include "trace/filters.h"
+#include "trace/manifest.h"
 
 namespace journey::cli {
 
@@ -18,9 +20,14 @@ struct BackendFlags {
   int threads = 0;                    // the fast CPU backend's threads; 0 = all cores
   std::string kv_cache_dtype = "f32"; // f32 | f16 | bf16 | q8_0 (the fast CPU backend only)
   bool no_mmap = false;               // copy the weights into memory instead of using the file's mapping
+  int tensor_parallel = 1;            // ranks of the MPI world the model is split over (src/parallel)
+  // `journey trace --tensor-parallel N`: each follower rank r writes its own dump to
+  // follower_trace_dir/rank<r>/ with these filters (empty: followers trace nothing).
+  std::string follower_trace_dir;
+  TraceFilters follower_trace_filters;
 };
 
-// --kv-cache-dtype and --no-mmap on a subcommand (threads stay the command's own flag).
+// --kv-cache-dtype, --no-mmap and --tensor-parallel on a subcommand (threads stay the command's own flag).
 void add_backend_flags(CLI::App* cmd, BackendFlags& flags);
 
 // What loading cost, for the load line and the summary lines.
@@ -44,6 +51,18 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::strin
 // (when that takes over a second). `info` (optional) gets the backend's part of the load.
 std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::string& device, const BackendFlags& flags,
                                       LoadInfo* info = nullptr);
+
+// Tensor parallelism (`mpirun -np N journey CMD --tensor-parallel N`): make_backend on rank 0
+// returns a backend that drives the whole group; on the other ranks it runs rank 0's calls on
+// its shard until rank 0's backend goes away, then ends the process (exit status 0) — a follower
+// has no command of its own to return to. A command that must not start anything before its
+// backend exists on a follower (serve binds a port) calls this first: on a follower it loads the
+// model and follows (never returns); elsewhere it returns at once.
+void follow_if_tensor_parallel_follower(const std::string& model_path, const std::string& device,
+                                        const BackendFlags& flags);
+
+// The manifest entry of rank `rank` of a group of `size` over this model (trace/manifest.h).
+ManifestTensorParallel manifest_tensor_parallel(const ModelConfig& config, int rank, int size);
 
 // The help text of the flag, listing what this build supports.
 const char* device_flag_help();

@@ -42,6 +42,7 @@ void run_generate(const GenerateArgs& args) {
   request.sampling = sampling_params(args.flags, session.model.generation);
   request.stop = session.stop;
   request.prompt_ids = encode_prompt(args, session);
+  request.grammar = grammar_from_flags(args.flags);
 
   if (!args.chat) {
     std::fwrite(args.prompt.data(), 1, args.prompt.size(), stdout);
@@ -60,6 +61,7 @@ void register_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "generate text from a prompt, streamed to stdout");
   cmd->add_option("prompt", args->prompt, "the prompt (default: empty = BOS only)");
   add_generation_flags(cmd, args->flags);
+  add_structured_output_flags(cmd, args->flags);
   cmd->add_flag("--chat", args->chat, "wrap the prompt in the model's chat template (with --system)");
   cmd->callback([args] { run_generate(*args); });
 }

@@ -2,8 +2,10 @@
 //
 //   journey serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--api-key KEY]
 //                 [--served-model-name NAME] [--max-num-seqs N] [--max-num-batched-tokens N]
+//                 [--drain-timeout SECONDS]
 //                 [--block-size 16] [--kv-cache-memory BYTES | --num-kv-blocks N]
-//                 [--rate-limit N] [--threads N] [--trace-dir DIR]
+//                 [--rate-limit N] [--threads N] [--trace-dir DIR] [--chat-template FILE]
+//                 [--allowed-origins A,B] [--replica-name NAME]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +24,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "server/http_server.h"
+#include "server/openai_api.h"
 
 namespace journey::cli {
 
@@ -34,6 +37,8 @@ struct ServeArgs {
   server::ServerOptions server;
   EngineConfig engine;
   bool no_prefix_caching = false;
+  std::string chat_template_file;
+  bool print_fields = false;
 };
 
 // OpenMP threads that wait for work spin by default (libgomp: up to ~300k spins). The server
@@ -63,6 +68,10 @@ void prefer_passive_openmp_waits() {
 }
 
 void run_serve(ServeArgs args) {
+  if (args.print_fields) {  // docs/serving.md's table, from the table the server checks requests against
+    std::fputs(server::api_fields_markdown().c_str(), stdout);
+    return;
+  }
   prefer_passive_openmp_waits();
   if (args.model.empty()) args.model = default_model_path();
   if (args.server.api_key.empty())
@@ -75,6 +84,9 @@ void run_serve(ServeArgs args) {
   // sequences the engine can run at once; otherwise requests queue in the pool, not the scheduler.
   args.server.http_threads = static_cast<int>(
       std::max<int64_t>(args.server.http_threads, args.engine.scheduler.max_num_seqs + 16));
+  BackendFlags flags = args.backend;
+  flags.threads = args.threads;
+  follow_if_tensor_parallel_follower(args.model, args.device, flags);  // --tensor-parallel: ranks 1.. never return
   server::run_server(args.server, [args](server::ServingParts& parts) {
     server::load_serving_parts(parts, args.model, args.engine, [&args](const LoadedModel& model) {
       BackendFlags flags = args.backend;
@@ -83,7 +95,7 @@ void run_serve(ServeArgs args) {
       auto backend = make_backend(model, args.device, flags, &load);
       std::fprintf(stderr, "journey serve: %s; KV cache in %s\n", load_line(load).c_str(), flags.kv_cache_dtype.c_str());
       return backend;
-    });
+    }, args.chat_template_file);
   });
 }
 }  // namespace
@@ -109,8 +121,19 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "CPU threads for the model (0 = all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", args->device, device_flag_help())->capture_default_str();
   add_backend_flags(cmd, args->backend);
+  cmd->add_option("--drain-timeout", args->server.drain_timeout_seconds,
+                  "after SIGTERM/SIGINT, seconds in-flight requests may take to finish before they are aborted")
+      ->check(CLI::Range(0.0, 86400.0))->capture_default_str();  // at most a day: the milliseconds stay in range
   cmd->add_option("--trace-dir", args->server.trace_dir,
                   "requests with \"journey_trace\": true write a trace dump to DIR/<request id>/ (default: off)");
+  cmd->add_option("--chat-template", args->chat_template_file,
+                  "a Jinja chat template file used instead of the model's own")->check(CLI::ExistingFile);
+  cmd->add_option("--allowed-origins", args->server.allowed_origins,
+                  "CORS: browser origins allowed to call the API, comma-separated (\"*\" = any; default: none)")
+      ->delimiter(',');
+  cmd->add_flag("--print-fields", args->print_fields,
+               "print the table of request fields (implemented / refused) as Markdown and exit");
+  cmd->add_option("--replica-name", args->server.replica_name, "a replica=\"NAME\" label on every metric");
   cmd->callback([args] { run_serve(*args); });
 }
 

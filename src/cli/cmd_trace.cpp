@@ -59,6 +59,8 @@ std::string reproduce_command(const TraceArgs& a, const SamplingParams& p, uint6
       << p.repetition_penalty << " --frequency-penalty " << p.frequency_penalty << " --presence-penalty "
       << p.presence_penalty << " --seed " << seed << " --kv-block-size " << a.kv_block_size;
   if (a.chat) cmd << " --chat";
+  if (a.flags.json_object) cmd << " --json";
+  if (!a.flags.json_schema_file.empty()) cmd << " --json-schema " << shell_quote(a.flags.json_schema_file);
   if (!a.flags.system.empty()) cmd << " --system " << shell_quote(a.flags.system);
   if (!a.stages.empty()) cmd << " --stages " << shell_quote(a.stages);
   if (!a.layers.empty()) cmd << " --layers " << shell_quote(a.layers);
@@ -70,8 +72,10 @@ std::string reproduce_command(const TraceArgs& a, const SamplingParams& p, uint6
 void run_trace(const TraceArgs& args) {
   const TraceFilters filters = parse_filters(args.stages, args.layers, args.heads, args.steps);
   if (args.kv_block_size < 1) fail("--kv-block-size must be at least 1, got ", args.kv_block_size);
-
-  ModelSession session = open_model(args.flags);
+  GenerationFlags flags = args.flags;
+  flags.backend.follower_trace_dir = args.out;  // --tensor-parallel: ranks 1.. dump to OUT/rank<r>/
+  flags.backend.follower_trace_filters = filters;
+  ModelSession session = open_model(flags);
 
   // The text the tokenizer sees: the prompt (plain, BOS added) or the rendered chat template.
   std::string template_text;
@@ -92,6 +96,7 @@ void run_trace(const TraceArgs& args) {
   request.sampling.logprobs = args.top_alternatives;
   request.stop = session.stop;
   request.prompt_ids.assign(ids.begin(), ids.end());
+  request.grammar = grammar_from_flags(args.flags);
 
   // A pool of the requested block size, large enough for the whole run (generate() keeps it).
   const int64_t context = session.model.config.max_position_embeddings;
@@ -132,6 +137,8 @@ void run_trace(const TraceArgs& args) {
   m.template_text = template_text;
   for (int id : ids) m.tokens.push_back({id, tokenizer.piece(id)});
   m.settings = backend_manifest_settings(*session.backend);
+  if (args.flags.backend.tensor_parallel > 1)
+    m.tensor_parallel = manifest_tensor_parallel(session.backend->config(), 0, args.flags.backend.tensor_parallel);
   m.settings.update({{"sampling",
                  {{"temperature", request.sampling.temperature},
                   {"top_k", request.sampling.top_k},
@@ -150,6 +157,8 @@ void run_trace(const TraceArgs& args) {
                 {"filters", {{"stages", args.stages}, {"layers", args.layers}, {"heads", args.heads}, {"steps", args.steps}}},
                 {"generated_text", result.text},
                 {"finish_reason", finish_reason_name(result.finish_reason)}});
+  if (request.grammar)  // structured output: what the grammar_mask stage enforced
+    m.settings["grammar"] = args.flags.json_object ? std::string("json_object") : "json_schema " + args.flags.json_schema_file;
   // ids past the tokenizer's vocabulary (a padded embedding table, or a model traced with a smaller
   // tokenizer than its own) have no piece
   sink.finish([&tokenizer](int32_t id) { return id < tokenizer.vocab_size() ? tokenizer.piece(id) : std::string(); });
@@ -166,6 +175,7 @@ void register_trace(CLI::App& app) {
   cmd->add_option("prompt", args->prompt, "the prompt")->required();
   cmd->add_option("--out", args->out, "dump directory (created; files of the same names are overwritten)")->required();
   add_generation_flags(cmd, args->flags);
+  add_structured_output_flags(cmd, args->flags);
   args->flags.max_tokens = 8;  // a trace is for reading, not for long texts
   cmd->get_option("--max-tokens")->default_str("8");
   cmd->add_flag("--chat", args->chat, "wrap the prompt in the model's chat template (with --system)");

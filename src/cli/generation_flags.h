@@ -22,6 +22,8 @@
 #include "backend/backend.h"
 #include "engine/generate.h"
 #include "cpu/cpu_backend.h"
+#include "core/untrusted.h"
+#include "grammar/grammar.h"
 #include "sampling/params.h"
 #include "text/tokenizer.h"
 
@@ -40,6 +42,9 @@ struct GenerationFlags {
   std::vector<std::string> stop;
   std::string system;
   BackendFlags backend;  // --kv-cache-dtype, --no-mmap (threads: the field above)
+  // Structured output (generate, trace): --json (any JSON object) or --json-schema FILE.
+  bool json_object = false;
+  std::string json_schema_file;
 
   // Filled by add_generation_flags: to tell "given on the command line" from "default".
   CLI::Option* temperature_opt = nullptr;
@@ -67,6 +72,23 @@ inline void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
   cmd->add_option("--stop", f.stop, "stop string (repeatable)")->allow_extra_args(false);
   cmd->add_option("--system", f.system, "system message for the chat template");
   add_backend_flags(cmd, f.backend);
+}
+
+// --json / --json-schema FILE: the output must be a JSON object / match the schema (grammar/grammar.h).
+inline void add_structured_output_flags(CLI::App* cmd, GenerationFlags& f) {
+  auto* json = cmd->add_flag("--json", f.json_object, "constrain the output to one JSON object");
+  cmd->add_option("--json-schema", f.json_schema_file,
+                  "constrain the output to JSON valid under this JSON-schema file (docs/structured-output.md)")
+      ->excludes(json);
+}
+
+// The grammar the flags ask for, if any. A schema file is read as untrusted JSON; an unsupported
+// keyword is an Error naming its path inside the file.
+inline std::optional<Grammar> grammar_from_flags(const GenerationFlags& f) {
+  if (f.json_object) return Grammar::json_object();
+  if (f.json_schema_file.empty()) return std::nullopt;
+  const std::string text = read_whole_file(f.json_schema_file);
+  return Grammar::json_schema(parse_untrusted_json<nlohmann::ordered_json>(text, f.json_schema_file), f.json_schema_file);
 }
 
 // CLI defaults < the model's generation_config.json < flags given on the command line.

@@ -270,6 +270,7 @@ std::string format_bench_table(const BenchResult& r) {
   const double gb = 1e9;
   out << "model    " << r.model << "\n";
   if (!r.weight_types.empty()) out << "weights  " << r.weight_types << "\n";
+  if (!r.cpu_kernels.empty()) out << "kernels  " << r.cpu_kernels << "\n";
   std::snprintf(line, sizeof line,
                 "setup    %d threads, %d prompt tokens, %d generated tokens, %d runs, load average %.2f at start\n",
                 r.threads, r.prompt_tokens, r.gen_tokens, r.runs, r.load_average);
@@ -282,8 +283,11 @@ std::string format_bench_table(const BenchResult& r) {
       std::snprintf(line, sizeof line, "%-8s %9.2f tok/s  (%.2f .. %.2f)\n", name, s.median, s.min, s.max);
       out << line;
     }
-    out << "ceilings not measured: this machine's memory bandwidth and GEMM rate say nothing about this device "
-           "(a GPU's: tests/cuda/cuda_bench, scripts/gpu-check.sh)\n";
+    if (!r.ceilings_skipped_why.empty())
+      out << "ceilings not measured: " << r.ceilings_skipped_why << "\n";
+    else
+      out << "ceilings not measured: this machine's memory bandwidth and GEMM rate say nothing about this device "
+             "(a GPU's: tests/cuda/cuda_bench, scripts/gpu-check.sh)\n";
     std::snprintf(line, sizeof line, "memory   load %.1f s (host)\n", r.load_seconds);
     out << line;
     return out.str();
@@ -295,7 +299,7 @@ std::string format_bench_table(const BenchResult& r) {
   out << line;
   std::snprintf(line, sizeof line,
                 "         dot-product peaks: f32 FMA %.0f GFLOP/s, bf16 (vdpbf16ps) %.0f GFLOP/s, int8 (vpdpbusd) %.0f "
-                "GOP/s (0 = not on this CPU)\n",
+                "GOP/s (0 = not on this CPU, or capped by JOURNEY_CPU_ISA)\n",
                 r.f32_fma_gflop_s, r.bf16_dot_gflop_s, r.int8_dot_gop_s);
   out << line;
   std::snprintf(line, sizeof line, "model    %.3g GB of weights read per decoded token, %.3g GFLOP per prefill\n",
@@ -358,6 +362,7 @@ nlohmann::json bench_json(const BenchResult& r) {
           {"gemm_gflop_s_per_cpu_second_x_threads", r.gemm_cpu_gflop_s},
           {"prefill_ceiling_tok_s_per_cpu_second_x_threads", r.prefill_cpu_ceiling_tok_s()},
           {"weight_types", r.weight_types},
+          {"cpu_kernels", r.cpu_kernels},
           {"model_file_bytes", r.model_file_bytes},
           {"resident_after_load_bytes", r.resident_after_load},
           {"resident_peak_bytes", r.resident_peak},

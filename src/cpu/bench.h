@@ -74,10 +74,12 @@ struct BenchResult {
   // Whether this machine's ceilings were measured (BenchOptions::measure_ceilings): not for a GPU,
   // whose rates the host's memory and GEMM say nothing about; then no rate is set against them.
   bool ceilings_measured = false;
+  std::string ceilings_skipped_why;   // said instead when not measured; empty: a GPU's rates
   // This process's resident memory (bytes, /proc/self/status): after loading (before the KV cache),
   // and the peak (VmHWM) at the end, KV cache and buffers included; -1 where unknown.
   int64_t resident_after_load = -1, resident_peak = -1, model_file_bytes = 0;
   std::string weight_types;           // e.g. "q4_K x 133, q6_K x 23, f32 x 45"
+  std::string cpu_kernels;            // --device cpu: kernels::kernel_choice(), e.g. "avx512-vnni + avx512-bf16 prefill"
 };
 
 // The weight bytes one decode step reads as stored: every tensor except the embedding table (one

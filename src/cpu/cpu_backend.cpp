@@ -21,8 +21,11 @@
 #include "core/model_weights.h"
 #include "core/shape.h"
 #include "cpu/huge_pages.h"
+#include "cpu/kernels.h"
 #include "core/threads.h"
 #include "cpu/ops.h"
+#include "parallel/communicator.h"
+#include "parallel/shard.h"
 #include "trace/sink.h"
 
 namespace journey {
@@ -36,6 +39,7 @@ struct StoredMatrix {
   HugePageVector<std::byte> copy;  // empty when used in place
 };
 
+// Under tensor parallelism H, KVH and F are this rank's share (parallel/shard.h); otherwise the model's.
 struct LayerWeights {
   HugePageFloats attn_norm;    // [E]
   StoredMatrix wq, wk, wv;     // [H*D, E], [KVH*D, E], [KVH*D, E]
@@ -81,28 +85,50 @@ class WeightLoader {
   // others 2) and copying was not asked for; otherwise one copy into huge pages.
   StoredMatrix matrix(WeightRole role, int layer = -1) {
     const TensorRef& t = checked(role, layer);
+    return rows_of(t, 0, t.shape[0]);
+  }
+
+  // Output rows [begin, begin + n) of a matrix (a tensor-parallel shard of q/k/v, gate/up, the LM
+  // head): whole rows are contiguous, so this is the same matrix starting `begin` rows later.
+  StoredMatrix matrix_rows(WeightRole role, int layer, int64_t begin, int64_t n) {
+    return rows_of(checked(role, layer), begin, n);
+  }
+
+  // Input columns [begin, begin + n) of every row (the tensor-parallel shard of o_proj and
+  // down_proj): not contiguous, so copied row by row. A stored block of 32 or 256 values cannot be
+  // cut, so the range must fall on block boundaries.
+  StoredMatrix matrix_columns(WeightRole role, int layer, int64_t begin, int64_t n, int tp_size) {
+    const TensorRef& t = checked(role, layer);
+    const int64_t rows = t.shape[0], in = t.shape[1], block = dtype_block_size(t.dtype);
+    if (begin == 0 && n == in) return rows_of(t, 0, rows);
+    if (begin % block != 0 || n % block != 0)
+      fail("tensor ", t.name, " in ", t.source, " (", dtype_name(t.dtype), "): --tensor-parallel ", tp_size,
+           " splits its ", in, " input columns into ", n, " per rank, which is not a multiple of the ",
+           dtype_name(t.dtype), " block size ", block, "; a stored block cannot be split across ranks (choose a size ",
+           "that leaves a whole number of blocks per rank)");
+    const size_t row_bytes = size_t(dtype_bytes_for(t.dtype, in));
+    const size_t skip = size_t(dtype_bytes_for(t.dtype, begin)), keep = size_t(dtype_bytes_for(t.dtype, n));
     StoredMatrix m;
     m.view.type = t.dtype;
-    const size_t alignment = t.dtype == DType::F32 ? 4 : 2;
-    if (!options_.copy_weights && reinterpret_cast<uintptr_t>(t.data) % alignment == 0) {
-      m.view.data = t.data;
-      mapped_.push_back({t.data, t.nbytes});
-      report_.bytes_in_place += int64_t(t.nbytes);
-      return m;
-    }
-    m.copy.assign(t.data, t.data + t.nbytes);
+    m.copy.resize(keep * size_t(rows));  // [rows, n] in the stored type
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(m.copy.data() + size_t(r) * keep, t.data + size_t(r) * row_bytes + skip, keep);
     m.view.data = m.copy.data();
-    report_.bytes_copied += int64_t(t.nbytes);
-    drop_pages(t.data, t.nbytes);  // the file's pages are no longer needed by this process
+    report_.bytes_copied += int64_t(m.copy.size());
     return m;
   }
 
   // A vector (norm weight, bias), widened to f32: small, read once per token.
   HugePageFloats vector(WeightRole role, int layer = -1) {
     const TensorRef& t = checked(role, layer);
-    const std::vector<float> widened = t.to_f32();
-    report_.bytes_copied += int64_t(widened.size() * sizeof(float));
-    return HugePageFloats(widened.begin(), widened.end());
+    return vector_range(role, layer, 0, t.numel());
+  }
+
+  // Elements [begin, begin + n) of a vector (a bias's tensor-parallel shard), widened to f32.
+  HugePageFloats vector_range(WeightRole role, int layer, int64_t begin, int64_t n) {
+    const std::vector<float> widened = checked(role, layer).to_f32();
+    report_.bytes_copied += n * int64_t(sizeof(float));
+    return HugePageFloats(widened.begin() + begin, widened.begin() + begin + n);
   }
 
   // Brings every in-place matrix's pages into memory now (MADV_POPULATE_READ, or one read per
@@ -125,6 +151,26 @@ class WeightLoader {
   CpuLoadReport report() const { return report_; }
 
  private:
+  StoredMatrix rows_of(const TensorRef& t, int64_t begin, int64_t n) {
+    const size_t row_bytes = size_t(dtype_bytes_for(t.dtype, t.shape.back()));
+    const std::byte* data = t.data + size_t(begin) * row_bytes;
+    const size_t bytes = size_t(n) * row_bytes;
+    StoredMatrix m;
+    m.view.type = t.dtype;
+    const size_t alignment = t.dtype == DType::F32 ? 4 : 2;
+    if (!options_.copy_weights && reinterpret_cast<uintptr_t>(data) % alignment == 0) {
+      m.view.data = data;
+      mapped_.push_back({data, bytes});
+      report_.bytes_in_place += int64_t(bytes);
+      return m;
+    }
+    m.copy.assign(data, data + bytes);
+    m.view.data = m.copy.data();
+    report_.bytes_copied += int64_t(bytes);
+    drop_pages(data, bytes);  // the file's pages are no longer needed by this process
+    return m;
+  }
+
   static void populate(const std::byte* data, size_t bytes) {
     const uintptr_t begin = reinterpret_cast<uintptr_t>(data) / kPage * kPage;
     const uintptr_t end = reinterpret_cast<uintptr_t>(data) + bytes;
@@ -185,14 +231,18 @@ class CpuBackend : public Backend {
   CpuOptions options_;
   CpuOps ops_;
   int threads_ = 1;
-  int64_t E_, F_, L_, H_, KVH_, D_, V_;  // hidden, FFN, layers, heads, kv heads, head_dim, vocab
+  // hidden, FFN columns, layers, heads, kv heads, head_dim, vocabulary: F_, H_, KVH_ are this
+  // rank's share under tensor parallelism (shard_), the model's otherwise; V_ is always the model's.
+  int64_t E_, F_, L_, H_, KVH_, D_, V_;
+  TensorParallelShard shard_;            // the whole model when not tensor-parallel (rank 0 of 1)
+  Communicator* communicator_ = nullptr; // null when not tensor-parallel
 
   std::vector<std::shared_ptr<const void>> mappings_;  // the files the in-place weights live in
   StoredMatrix embed_tokens_;        // [V, E]
   std::vector<LayerWeights> layers_; // [L]
   HugePageFloats final_norm_;        // [E]
-  StoredMatrix lm_head_own_;         // [V, E] (unused when tied to embed_tokens_)
-  cpu::WeightView lm_head_;          // [V, E]
+  StoredMatrix lm_head_own_;         // [Vs, E] (unused when tied to embed_tokens_); Vs = shard_.vocab_rows
+  cpu::WeightView lm_head_;          // [Vs, E] this rank's vocabulary rows (all V without tensor parallelism)
 
   int64_t num_blocks_ = 0, block_size_ = 0;
   // [L][num_blocks, block_size, KVH, D] in options_.kv_dtype (bytes: dtype_bytes_for per slot)
@@ -210,6 +260,12 @@ CpuBackend::CpuBackend(const LoadedModel& model, const CpuOptions& options, cons
   E_ = c.hidden_size, F_ = c.intermediate_size, L_ = c.num_layers, H_ = c.num_heads, KVH_ = c.num_kv_heads;
   V_ = c.vocab_size;
   config_.head_dim = D_;
+  const bool parallel = options.communicator != nullptr && options.communicator->size() > 1;
+  shard_ = plan_shard(config_, parallel ? options.communicator->rank() : 0, parallel ? options.communicator->size() : 1,
+                      where);
+  if (parallel) communicator_ = options.communicator;
+  H_ = shard_.heads, KVH_ = shard_.kv_heads, F_ = shard_.ffn_columns;
+  const TensorParallelShard& s = shard_;
   threads_ = resolve_threads(options.threads);
   // The ops split work across threads_ themselves; Eigen's own GEMM threading would add threads on
   // top (inside a one-thread region it still spawns its own), so it is switched off.
@@ -224,30 +280,33 @@ CpuBackend::CpuBackend(const LoadedModel& model, const CpuOptions& options, cons
   for (int l = 0; l < int(L_); ++l) {
     LayerWeights& lw = layers_[size_t(l)];
     lw.attn_norm = load.vector(WeightRole::attn_norm, l);
-    lw.wq = load.matrix(WeightRole::q_proj, l);
-    lw.wk = load.matrix(WeightRole::k_proj, l);
-    lw.wv = load.matrix(WeightRole::v_proj, l);
+    // (this rank's heads: rows of q/k/v, columns of o_proj; the whole matrices without tensor parallelism)
+    lw.wq = load.matrix_rows(WeightRole::q_proj, l, s.head_begin * D_, s.heads * D_);
+    lw.wk = load.matrix_rows(WeightRole::k_proj, l, s.kv_head_begin * D_, s.kv_heads * D_);
+    lw.wv = load.matrix_rows(WeightRole::v_proj, l, s.kv_head_begin * D_, s.kv_heads * D_);
     if (c.attention_bias) {
-      lw.bq = load.vector(WeightRole::q_bias, l);
-      lw.bk = load.vector(WeightRole::k_bias, l);
-      lw.bv = load.vector(WeightRole::v_bias, l);
+      lw.bq = load.vector_range(WeightRole::q_bias, l, s.head_begin * D_, s.heads * D_);
+      lw.bk = load.vector_range(WeightRole::k_bias, l, s.kv_head_begin * D_, s.kv_heads * D_);
+      lw.bv = load.vector_range(WeightRole::v_bias, l, s.kv_head_begin * D_, s.kv_heads * D_);
     }
     if (c.qk_norm) {
       lw.q_norm = load.vector(WeightRole::q_norm, l);
       lw.k_norm = load.vector(WeightRole::k_norm, l);
     }
-    lw.wo = load.matrix(WeightRole::o_proj, l);
+    lw.wo = load.matrix_columns(WeightRole::o_proj, l, s.head_begin * D_, s.heads * D_, s.size);
     lw.ffn_norm = load.vector(WeightRole::ffn_norm, l);
-    lw.w_gate = load.matrix(WeightRole::gate_proj, l);
-    lw.w_up = load.matrix(WeightRole::up_proj, l);
-    lw.w_down = load.matrix(WeightRole::down_proj, l);
+    lw.w_gate = load.matrix_rows(WeightRole::gate_proj, l, s.ffn_begin, s.ffn_columns);
+    lw.w_up = load.matrix_rows(WeightRole::up_proj, l, s.ffn_begin, s.ffn_columns);
+    lw.w_down = load.matrix_columns(WeightRole::down_proj, l, s.ffn_begin, s.ffn_columns, s.size);
   }
   final_norm_ = load.vector(WeightRole::final_norm);
   // Tied models reuse the embedding matrix as the LM head (logits = h embed_tokens^T).
+  // (this rank's vocabulary rows of it: whole rows, so a view that starts vocab_begin rows later)
   if (c.tie_word_embeddings && !model.weights.has(weight_spec(c, WeightRole::lm_head).name)) {
     lm_head_ = embed_tokens_.view;
+    lm_head_.data = static_cast<const std::byte*>(lm_head_.data) + dtype_bytes_for(lm_head_.type, s.vocab_begin * E_);
   } else {
-    lm_head_own_ = load.matrix(WeightRole::lm_head);
+    lm_head_own_ = load.matrix_rows(WeightRole::lm_head, -1, s.vocab_begin, s.vocab_rows);
     lm_head_ = lm_head_own_.view;
   }
   load.bring_into_memory();
@@ -393,6 +452,8 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
 
     // output projection, then the residual connection
     ops_.linear(attn_out.data(), context.data(), lw.wo.view, nullptr, N, H * D, E, threads_);
+    // tensor parallelism: each rank's product covers its heads only; the sum over ranks is the whole
+    if (communicator_) communicator_->all_reduce_sum(attn_out.data(), N * E);
     JOURNEY_TRACE(sink, Stage::attn_out, il, trace_view(attn_out, {N, E}));
     ops_.residual_add(x.data(), x.data(), attn_out.data(), N * E);
     JOURNEY_TRACE(sink, Stage::resid_attn, il, trace_view(x, {N, E}));
@@ -410,6 +471,8 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     ops_.swiglu(act.data(), gate.data(), up.data(), N * F);
     JOURNEY_TRACE(sink, Stage::act, il, trace_view(act, {N, F}));
     ops_.linear(ffn_out.data(), act.data(), lw.w_down.view, nullptr, N, F, E, threads_);
+    // tensor parallelism: each rank's product covers its FFN columns only; the sum over ranks is the whole
+    if (communicator_) communicator_->all_reduce_sum(ffn_out.data(), N * E);
     JOURNEY_TRACE(sink, Stage::ffn_out, il, trace_view(ffn_out, {N, E}));
 
     // residual connection
@@ -434,17 +497,36 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
   const int64_t R = int64_t(logit_rows.size());
   HugePageFloats head_in(size_t(R * E));  // [R, E] the rows of xn that get logits
   ops_.embedding_gather(head_in.data(), cpu::WeightView{xn.data(), DType::F32}, logit_rows.data(), R, E);  // a row gather, like the embedding
-  out.logits.resize(size_t(R * V));  // [R, V]
-  ops_.linear(out.logits.data(), head_in.data(), lm_head_, nullptr, R, E, V, threads_);
-  JOURNEY_TRACE(sink, Stage::logits, -1, trace_view(out.logits, {R, V}));
+  if (!communicator_) {
+    out.logits.resize(size_t(R * V));  // [R, V]
+    ops_.linear(out.logits.data(), head_in.data(), lm_head_, nullptr, R, E, V, threads_);
+    JOURNEY_TRACE(sink, Stage::logits, -1, trace_view(out.logits, {R, V}));
+    return out;
+  }
+  // tensor parallelism: this rank's vocabulary slice, gathered side by side into [R, V] on rank 0;
+  // the other ranks return (and trace) their slice [R, Vs].
+  const int64_t Vs = shard_.vocab_rows;
+  HugePageFloats slice(size_t(R * Vs));  // [R, Vs]
+  ops_.linear(slice.data(), head_in.data(), lm_head_, nullptr, R, E, Vs, threads_);
+  if (communicator_->rank() == 0) {
+    out.logits.resize(size_t(R * V));  // [R, V]
+    communicator_->gather_columns(out.logits.data(), slice.data(), R, Vs);
+    JOURNEY_TRACE(sink, Stage::logits, -1, trace_view(out.logits, {R, V}));
+  } else {
+    communicator_->gather_columns(nullptr, slice.data(), R, Vs);
+    out.vocab_size = Vs;
+    out.logits.assign(slice.begin(), slice.end());
+    JOURNEY_TRACE(sink, Stage::logits, -1, trace_view(out.logits, {R, Vs}));
+  }
   return out;
 }
 
 std::unique_ptr<Backend> make_cpu_backend(const LoadedModel& model, const CpuOptions& options) {
-  return std::make_unique<CpuBackend>(model, options, CpuOps{});
+  return make_cpu_backend(model, options, CpuOps{});
 }
 
 std::unique_ptr<Backend> make_cpu_backend(const LoadedModel& model, const CpuOptions& options, const CpuOps& ops) {
+  cpu::kernels::kernel_choice();  // JOURNEY_CPU_ISA is read here, outside any thread region: a bad value fails now
   return std::make_unique<CpuBackend>(model, options, ops);
 }
 

@@ -14,6 +14,8 @@
 
 namespace journey {
 
+class Communicator;
+
 // What loading did, for the load line of the CLI and for tests.
 struct CpuLoadReport {
   int64_t bytes_in_place = 0;  // weight bytes multiplied where the file's memory map holds them
@@ -32,6 +34,12 @@ struct CpuOptions {
   // Called while the weights' pages are brought into memory: bytes done, bytes in all.
   std::function<void(int64_t done, int64_t total)> on_load_progress = nullptr;
   CpuLoadReport* report = nullptr;  // filled when given
+  // Tensor parallelism (parallel/shard.h): with a communicator of size n > 1 this backend holds
+  // rank communicator->rank()'s shard of the model (its heads, KV heads, FFN columns, vocabulary
+  // rows, and a KV pool for its KV heads only), all-reduces after the attention output and the FFN
+  // down projection, and gathers the logits to rank 0 (the other ranks' logits are their
+  // vocabulary slice). Null: the whole model in this process. Not owned; must outlive the backend.
+  Communicator* communicator = nullptr;
 };
 
 // The fast ops, as one table of functions: the forward pass calls its ops through it. make_cpu_backend() fills it with

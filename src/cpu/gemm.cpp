@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <string>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -48,18 +51,54 @@ bool supports(Isa isa) {
   }
 }
 
+namespace {
+
+// The kernel levels JOURNEY_CPU_ISA may name, lowest first; the last is the default (no cap).
+constexpr const char* kIsaLevels[] = {"generic", "avx2", "avx512-vnni", "avx512-bf16"};
+constexpr int kNoCap = 3;
+
+int parse_isa_cap() {
+  const char* value = std::getenv("JOURNEY_CPU_ISA");
+  if (value == nullptr || *value == '\0') return kNoCap;
+  for (int level = 0; level <= kNoCap; ++level)
+    if (std::string_view(value) == kIsaLevels[level]) return level;
+  fail("JOURNEY_CPU_ISA='", value, "' is not a kernel level; expected one of generic, avx2, avx512-vnni, avx512-bf16 ",
+       "(or unset: the best this CPU has)");
+}
+
+// Read once; kernel_choice() (called by make_cpu_backend before any parallel region) is the first
+// reader, so a bad value is an error there and not inside a thread.
+int isa_cap() {
+  static const int cap = parse_isa_cap();
+  return cap;
+}
+
+}  // namespace
+
 Isa best_isa() {
-  static const Isa best = supports(Isa::Avx512) ? Isa::Avx512 : supports(Isa::Avx2) ? Isa::Avx2 : Isa::Generic;
+  static const Isa best = [] {
+    const int cap = isa_cap();
+    if (cap >= 2 && supports(Isa::Avx512)) return Isa::Avx512;
+    if (cap >= 1 && supports(Isa::Avx2)) return Isa::Avx2;
+    return Isa::Generic;
+  }();
   return best;
 }
 
 bool has_bf16_dot() {
 #ifdef JOURNEY_KERNELS_X86
-  static const bool has = supports(Isa::Avx512) && __builtin_cpu_supports("avx512bf16");
+  static const bool has = isa_cap() >= 3 && best_isa() == Isa::Avx512 && __builtin_cpu_supports("avx512bf16");
   return has;
 #else
   return false;
 #endif
+}
+
+std::string kernel_choice() {
+  std::string choice = isa_name(best_isa());
+  choice += has_bf16_dot() ? " + avx512-bf16 prefill" : "";
+  if (isa_cap() != kNoCap) choice += std::string(" (JOURNEY_CPU_ISA=") + kIsaLevels[isa_cap()] + ")";
+  return choice;
 }
 
 const char* isa_name(Isa isa) {
@@ -85,7 +124,8 @@ double peak_rate(PeakKind kind, double seconds) {
     const int k = int(kind);
 #ifdef JOURNEY_KERNELS_X86
     if (kind == PeakKind::Bf16Dot) return has_bf16_dot() ? avx512bf16::peak_loop(k, iterations, sink) : 0;
-    if (kind == PeakKind::Int8Dot) return supports(Isa::Avx512) ? avx512::peak_loop(k, iterations, sink) : 0;
+    // the instructions the kernels use: JOURNEY_CPU_ISA's cap applies to the peaks too
+    if (kind == PeakKind::Int8Dot) return best_isa() == Isa::Avx512 ? avx512::peak_loop(k, iterations, sink) : 0;
     if (best_isa() == Isa::Avx512) return avx512::peak_loop(k, iterations, sink);
     if (best_isa() == Isa::Avx2) return avx2::peak_loop(k, iterations, sink);
 #endif

@@ -19,6 +19,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/dtype.h"
 
@@ -30,12 +31,19 @@ enum class Isa {
   Avx512,   // AVX-512 F/BW/VL + VNNI + F16C: 16-float vectors, vpdpbusd integer dots
 };
 
+// The best Isa this CPU supports, capped by the environment variable JOURNEY_CPU_ISA (generic, avx2,
+// avx512-vnni, avx512-bf16): to compare the variants on one machine, or to run what a CPU without
+// AVX-512 runs. A cap above what the CPU has changes nothing; an unknown name is an error.
 Isa best_isa();
 bool supports(Isa isa);
 const char* isa_name(Isa isa);
 // AVX512-BF16 (vdpbf16ps: 32 bf16 products per instruction, f32 sums): the prefill path of bf16
-// and block-quantized weights. False where the CPU lacks it; then prefill widens to f32.
+// and block-quantized weights. False where the CPU lacks it (or JOURNEY_CPU_ISA is below
+// avx512-bf16); then prefill widens to f32.
 bool has_bf16_dot();
+// What runs, for logs and journey bench: "avx512-vnni + avx512-bf16 prefill", "avx2", ... with the
+// cap named when JOURNEY_CPU_ISA set one. Throws journey::Error for a bad JOURNEY_CPU_ISA.
+std::string kernel_choice();
 
 // The zero point z and whether the type has per-group offsets o (a minimum) after unpacking.
 int unpacked_zero(DType type);
@@ -49,6 +57,18 @@ struct QuantizedActivations {
   const float* dx;      // [in / 16] the activation scale of each group of 16
   const int32_t* gsum;  // [in / 16] sum of q over each group
   const float* xs;      // [in / 16] dx * gsum
+};
+
+// Up to kLaneTokens token rows of QuantizedActivations re-laid out for KernelTable::dot_tokens: the
+// tokens sit in the lanes of one register, so one broadcast weight quad multiplies all of them.
+// Lane t of every array belongs to token t; tokens past the batch are zero (they add nothing).
+inline constexpr int64_t kLaneTokens = 16;
+inline constexpr int kTokenRows = 4;  // rows per dot_tokens call
+struct TokenLaneActivations {
+  const int8_t* q;      // [in / 16, 4, kLaneTokens, 4]: group g, quad k: token t's values 16g + 4k .. 16g + 4k + 3
+  const float* dx;      // [in / 16, kLaneTokens] the activation scale of each group
+  const int32_t* gsum;  // [in / 16, kLaneTokens] sum of q over each group
+  const float* xs;      // [in / 16, kLaneTokens] dx * gsum
 };
 
 struct KernelTable {
@@ -69,6 +89,13 @@ struct KernelTable {
   // row, the blocks widened in registers (decode: no unpacked copy to write and read back); NaN for
   // other types. nullptr on instruction sets without it (AVX512-VNNI only).
   float (*dot_row)(DType type, const void* row, const QuantizedActivations& x, int64_t n);
+  // dot() of up to kTokenRows unpacked rows with every token of a batch at once (batched decode,
+  // 2..16 tokens): q [rows, n], s and o [rows, n / 16] as unpack_row writes them, out [rows,
+  // kLaneTokens]. The tokens sit in the lanes of one register: one broadcast weight quad multiplies
+  // all of them, so a group's scale and zero point cost one vector operation for the whole batch.
+  // nullptr on instruction sets without it (AVX512-VNNI only).
+  void (*dot_tokens)(const uint8_t* q, const float* s, const float* o, int rows, int zero, bool has_offset,
+                     const TokenLaneActivations& x, int64_t n, float* out);
 };
 
 const KernelTable& table(Isa isa);  // falls back to the best supported Isa

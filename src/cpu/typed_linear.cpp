@@ -36,6 +36,12 @@ void ensure(V& v, size_t n) {
 // Rows widened to f32 per fallback chunk: 16 rows of 5632 floats stay in L2 (360 KB).
 constexpr int64_t kFallbackRows = 16;
 
+// From how many tokens batched decode takes dot_tokens (16 token lanes, filled or not) rather than
+// dot() per token. tests/cpu/bench_block_dots (AVX512-VNNI, Zen 4, in = 2048): dot() costs ~50 ns
+// per row x token whatever the batch; dot_tokens ~290 ns per row for any batch up to 16 (~18 ns per
+// row x token when full, 68-77 at 4 tokens), so it wins from about 6 tokens.
+constexpr int64_t kMinLaneTokens = 6;
+
 // Which activation blocks a block type multiplies with: llama.cpp's vec_dot_type.
 int64_t activation_block(DType type) { return dtype_block_size(type) == 256 ? 256 : 32; }
 
@@ -104,6 +110,24 @@ void QuantizedInput::quantize(const float* x, int64_t T, int64_t in_, int64_t bl
   }
 }
 
+void QuantizedInput::lay_out_token_lanes(int64_t T) {
+  constexpr int64_t L = kernels::kLaneTokens;
+  const int64_t groups = in / kernels::kGroup;
+  lane_q.assign(size_t(groups * 4 * L * 4), 0);
+  lane_dx.assign(size_t(groups * L), 0.0f);
+  lane_xs.assign(size_t(groups * L), 0.0f);
+  lane_gsum.assign(size_t(groups * L), 0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int64_t k = 0; k < 4; ++k)
+        for (int64_t b = 0; b < 4; ++b)
+          lane_q[size_t(((g * 4 + k) * L + t) * 4 + b)] = q[size_t(t * in + g * kernels::kGroup + 4 * k + b)];
+      lane_dx[size_t(g * L + t)] = dx[size_t(t * groups + g)];
+      lane_xs[size_t(g * L + t)] = xs[size_t(t * groups + g)];
+      lane_gsum[size_t(g * L + t)] = gsum[size_t(t * groups + g)];
+    }
+}
+
 PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets)
     : x_(x), T_(T), in_(in) {
   bool q8_0 = false, q8_k = false, bf16 = false;
@@ -121,6 +145,12 @@ PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<co
   }
   if (q8_0) q8_0_.quantize(x, T, in, 32);
   if (q8_k) q8_k_.quantize(x, T, in, 256);
+  // Batched decode: the tokens side by side for dot_tokens (where the CPU has it).
+  token_lanes_ = T >= kMinLaneTokens && T <= kSmallBatchTokens && kernels::table(kernels::best_isa()).dot_tokens;
+  if (token_lanes_) {
+    if (q8_0) q8_0_.lay_out_token_lanes(T);
+    if (q8_k) q8_k_.lay_out_token_lanes(T);
+  }
   if (bf16) {
     bf16_.resize(size_t(T * in));
     kernels::to_bf16(x, bf16_.data(), T * in);
@@ -172,6 +202,34 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     const kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
     for (int64_t r = begin; r < end; ++r)
       target.y[r] = (target.bias ? target.bias[r] : 0.0f) + k.dot_row(type, weight + r * row_bytes, x, in);
+    return;
+  }
+  if (token_lanes_) {  // batched decode: all tokens in the lanes of one register
+    constexpr int R = kernels::kTokenRows;
+    ensure(s.q, size_t(R * in));
+    ensure(s.s, size_t(R * groups));
+    ensure(s.o, size_t(R * groups));
+    const kernels::TokenLaneActivations lanes = qx.token_lanes();
+    float tile_out[R * kernels::kLaneTokens];  // [R, kLaneTokens]
+    for (int64_t r0 = begin; r0 < end; r0 += R) {
+      const int rows = int(std::min<int64_t>(R, end - r0));
+      for (int r = 0; r < rows; ++r)
+        k.unpack_row(type, weight + (r0 + r) * row_bytes, in, s.q.data() + r * in, s.s.data() + r * groups,
+                     s.o.data() + r * groups);
+      // The next tile's stored rows are fetched while this one is multiplied: unpack_row would
+      // otherwise wait for memory with the multiplier idle, and dot_tokens compute with the memory
+      // idle (measured: the two took equal time in a 16-token step before).
+      if (r0 + R < end) {
+        const char* next = weight + (r0 + R) * row_bytes;
+        const size_t next_bytes = size_t(std::min<int64_t>(R, end - r0 - R)) * row_bytes;
+        for (size_t b = 0; b < next_bytes; b += 64) __builtin_prefetch(next + b, 0, 3);
+      }
+      k.dot_tokens(s.q.data(), s.s.data(), s.o.data(), rows, zero, has_offset, lanes, in, tile_out);
+      for (int r = 0; r < rows; ++r) {
+        const float bias = target.bias ? target.bias[r0 + r] : 0.0f;
+        for (int64_t t = 0; t < T; ++t) target.y[t * out + r0 + r] = bias + tile_out[r * kernels::kLaneTokens + t];
+      }
+    }
     return;
   }
   for (int64_t r = begin; r < end; ++r) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cpu/huge_pages.h"
+#include "cpu/kernels.h"
 #include "cpu/ops.h"
 
 namespace journey::cpu {
@@ -35,6 +36,16 @@ struct QuantizedInput {
   std::vector<float> dx, xs;    // [T, in / 16] scale of each group; scale * sum of the group's quants
   std::vector<int32_t> gsum;    // [T, in / 16] sum of the group's quants
   void quantize(const float* x, int64_t T, int64_t in, int64_t block);  // block: 32 (Q8_0) or 256 (Q8_K)
+
+  // The same T <= kLaneTokens rows with the tokens side by side (kernels::TokenLaneActivations),
+  // for the batched-decode kernel dot_tokens; tokens T .. kLaneTokens - 1 are zero.
+  std::vector<int8_t> lane_q;                 // [in / 16, 4, kLaneTokens, 4]
+  std::vector<float> lane_dx, lane_xs;        // [in / 16, kLaneTokens]
+  std::vector<int32_t> lane_gsum;             // [in / 16, kLaneTokens]
+  void lay_out_token_lanes(int64_t T);        // after quantize
+  kernels::TokenLaneActivations token_lanes() const {
+    return {lane_q.data(), lane_dx.data(), lane_gsum.data(), lane_xs.data()};
+  }
 };
 
 class PreparedInput {
@@ -49,6 +60,7 @@ class PreparedInput {
   const float* x_;
   int64_t T_, in_;
   QuantizedInput q8_0_, q8_k_;  // filled when a target needs them
+  bool token_lanes_ = false;    // q8_0_ / q8_k_ also laid out for dot_tokens: run_block takes that path
   HugePageVector<uint16_t> bf16_;  // [T, in] x rounded to bf16, for prefill on AVX512-BF16
 };
 

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "backend/backend.h"
+#include "engine/grammar_step.h"
 #include "text/tokenizer.h"
 
 namespace journey {
@@ -61,16 +62,25 @@ GenerationResult generate(Backend& backend, const Tokenizer& tokenizer, const Ge
     if (callbacks.on_text) callbacks.on_text(text);
   };
 
+  std::unique_ptr<GrammarMatcher> grammar;  // structured output: the mask before the sampler
+  if (request.grammar)
+    grammar = std::make_unique<GrammarMatcher>(*request.grammar, std::make_shared<const TokenTrie>(tokenizer, config.vocab_size),
+                                               request.stop.eos_ids);
+
   // One forward pass, then the next token: drawn on the backend's device when it samples there and
   // nothing but temperature/top-k/top-p is asked (only the id comes back), else on the host.
-  const bool on_device = sink == nullptr && backend.samples_on_device() && sampler.can_draw_on_device();
+  const bool on_device = sink == nullptr && !grammar && backend.samples_on_device() && sampler.can_draw_on_device();
   auto forward_and_sample = [&](const ForwardBatch& step_batch) {
     if (on_device) {
       const DeviceSampling draw = sampler.device_draw();
       return sampler.accept_device_draw(backend.forward_sample(step_batch, std::span<const DeviceSampling>(&draw, 1))[0]);
     }
     const ForwardOutput output = backend.forward(step_batch, sink);
-    return sampler.sample({output.last_row(0), static_cast<size_t>(output.vocab_size)}, sink);
+    const std::span<const float> logits(output.last_row(0), static_cast<size_t>(output.vocab_size));
+    if (!grammar) return sampler.sample(logits, sink);
+    const SampledToken token = sampler.sample(masked_logits(*grammar, logits, sink), sink);
+    grammar->accept(token.id);
+    return token;
   };
 
   // Prefill: the whole prompt in one forward pass; only the last position's logits are needed.
@@ -92,7 +102,8 @@ GenerationResult generate(Backend& backend, const Tokenizer& tokenizer, const Ge
     const bool at_limit = static_cast<int64_t>(result.token_ids.size()) >= max_new;
     // ids past the tokenizer's vocabulary (a padded embedding table) have no text, as in the engine
     const bool has_text = token.id < tokenizer.vocab_size();
-    StopVerdict verdict = apply_stop_rules(token.id, is_eos, has_text, at_limit, &detokenizer, stop_matcher);
+    StopVerdict verdict = apply_stop_rules(token.id, is_eos, has_text, at_limit, &detokenizer, stop_matcher,
+                                           grammar && grammar->finished());
     emit(verdict.text);
     if (verdict.finish) {
       result.finish_reason = *verdict.finish;

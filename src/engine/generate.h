@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/stop.h"
+#include "grammar/grammar.h"
 #include "sampling/params.h"
 #include "sampling/sampler.h"
 
@@ -28,6 +29,10 @@ struct GenerationRequest {
   SamplingParams sampling;
   StopRules stop;
   bool skip_special = true;         // do not emit the text of special tokens
+  // Structured output: the text must match this grammar (grammar/grammar.h). Its mask runs before
+  // the sampler (engine/grammar_step.h); the run stops with "stop" once the grammar is complete and
+  // admits nothing more, and a grammar that admits no token is an Error.
+  std::optional<Grammar> grammar;
 };
 
 struct GenerationResult {

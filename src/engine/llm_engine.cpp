@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "engine/grammar_step.h"
 #include "text/tokenizer.h"
 #include "trace/dump_sink.h"
 
@@ -17,6 +18,7 @@ struct LLMEngine::Request {
   Sampler sampler;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;
   StopStringMatcher stop;     // holds back text that may still become a stop string
+  std::unique_ptr<GrammarMatcher> grammar;  // structured output only
   int trace_steps = 0;        // steps recorded so far (traced requests only)
   Request(EngineRequest req, int64_t id)
       : request(std::move(req)), sampler(request.params, request.prompt), stop(request.stop) {
@@ -91,8 +93,16 @@ int64_t LLMEngine::add_request(EngineRequest request) {
   for (const std::string& s : request.stop)
     if (s.empty()) fail("stop strings must not be empty");
 
+  if (request.grammar && tokenizer_ == nullptr) fail("structured output (a grammar) needs a tokenizer");
+
   int64_t id = next_id_++;
   auto r = std::make_unique<Request>(std::move(request), id);  // validates the sampling params
+  if (r->request.grammar) {
+    if (!trie_) trie_ = std::make_shared<const TokenTrie>(*tokenizer_, backend_.config().vocab_size);
+    std::vector<int32_t> end_ids = r->request.stop_token_ids;
+    if (!r->request.ignore_eos) end_ids.insert(end_ids.end(), eos_ids_.begin(), eos_ids_.end());
+    r->grammar = std::make_unique<GrammarMatcher>(*r->request.grammar, trie_, std::move(end_ids));
+  }
   if (tokenizer_ != nullptr) r->detokenizer = std::make_unique<IncrementalDetokenizer>(*tokenizer_, r->seq.tokens.back());
   scheduler_.add(&r->seq);  // throws when the pool can never hold it
   if (r->request.trace) {
@@ -199,7 +209,8 @@ RequestOutput LLMEngine::emit(Request& r, const std::optional<SampledToken>& tok
   // weight one does. They count as output tokens and add no text.
   const bool has_text = tokenizer_ != nullptr && id < tokenizer_->vocab_size();
   const bool at_limit = r.seq.num_output_tokens() >= r.request.max_tokens || r.seq.num_tokens() >= max_model_len_;
-  StopVerdict verdict = apply_stop_rules(id, is_eos || is_stop_id, has_text, at_limit, r.detokenizer.get(), r.stop);
+  StopVerdict verdict = apply_stop_rules(id, is_eos || is_stop_id, has_text, at_limit, r.detokenizer.get(), r.stop,
+                                         r.grammar && r.grammar->finished());
   out.text = std::move(verdict.text);
   out.finish_reason = verdict.finish;
   return out;
@@ -219,11 +230,11 @@ std::vector<RequestOutput> LLMEngine::step() {
     draws_token[i] = seq.num_computed_tokens + plan.scheduled[i].num_tokens == seq.num_tokens();
   }
   // On a backend that samples on its device, draw there when every drawing sequence asks for
-  // nothing else (no penalties, min-p, logprobs or trace): then only the ids come back.
+  // nothing else (no penalties, min-p, logprobs, grammar or trace): then only the ids come back.
   bool on_device = runner_.backend().samples_on_device();
   for (size_t i = 0; i < n && on_device; ++i) {
     const Request& r = *requests_.at(plan.scheduled[i].seq->id);
-    if (draws_token[i] && (r.request.trace || !r.sampler.can_draw_on_device())) on_device = false;
+    if (draws_token[i] && (r.request.trace || r.grammar || !r.sampler.can_draw_on_device())) on_device = false;
   }
   ForwardOutput logits;                 // [sequences, V] when drawn on the host
   std::vector<int32_t> device_ids;      // [sequences] when drawn on the device
@@ -245,6 +256,7 @@ std::vector<RequestOutput> LLMEngine::step() {
   struct Draw {
     std::optional<SampledToken> token;
     std::string error;  // non-empty: sampling failed for this request only
+    std::optional<TokenMask> grammar_mask;  // traced requests with a grammar: recorded after trace_step
   };
   const int64_t scheduled = static_cast<int64_t>(plan.scheduled.size());
   std::vector<Draw> draws(plan.scheduled.size());
@@ -258,8 +270,14 @@ std::vector<RequestOutput> LLMEngine::step() {
         draws[size_t(i)].token = r.sampler.accept_device_draw(device_ids[size_t(i)]);
         continue;
       }
-      const float* row = logits.last_row(size_t(i));
-      draws[size_t(i)].token = r.sampler.sample(std::span<const float>(row, static_cast<size_t>(logits.vocab_size)));
+      const std::span<const float> row(logits.last_row(size_t(i)), static_cast<size_t>(logits.vocab_size));
+      if (!r.grammar) {
+        draws[size_t(i)].token = r.sampler.sample(row);
+        continue;
+      }
+      if (r.request.trace) draws[size_t(i)].grammar_mask = r.grammar->allowed();
+      draws[size_t(i)].token = r.sampler.sample(masked_logits(*r.grammar, row, nullptr));
+      r.grammar->accept(draws[size_t(i)].token->id);
     } catch (const std::exception& e) {
       draws[size_t(i)].error = e.what();
     }
@@ -272,6 +290,7 @@ std::vector<RequestOutput> LLMEngine::step() {
     RequestOutput out;
     try {
       if (r.request.trace) trace_step(r, plan, i);
+      if (draws[i].grammar_mask) record_grammar_mask(*r.request.trace, *draws[i].grammar_mask, backend_.config().vocab_size);
       if (!draws[i].error.empty()) fail(draws[i].error);
       token = std::move(draws[i].token);
       if (token) {

@@ -18,6 +18,7 @@
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 #include "engine/stop.h"
+#include "grammar/grammar.h"
 #include "sampling/params.h"
 #include "sampling/sampler.h"
 
@@ -26,6 +27,8 @@ namespace journey {
 class Tokenizer;
 class IncrementalDetokenizer;
 class DumpSink;
+class TokenTrie;
+class GrammarMatcher;
 
 struct EngineConfig {
   int64_t block_size = 16;
@@ -53,6 +56,11 @@ struct EngineRequest {
   // table) plus the step's KV facts, and writes manifest.json before the final output is returned.
   // Untraced requests cost one null check per scheduled sequence.
   std::shared_ptr<DumpSink> trace;
+  // Structured output (response_format): the text must match this grammar. Its mask is applied to
+  // the logits before the sampler (engine/grammar_step.h), such a sequence is always drawn on the
+  // host, and it finishes with "stop" once the grammar is complete and admits nothing more. Needs
+  // a tokenizer. A grammar that admits no token ends the request with an error.
+  std::optional<Grammar> grammar;
 };
 
 
@@ -120,6 +128,7 @@ class LLMEngine {
   ModelRunner runner_;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
   std::vector<RequestOutput> aborted_;  // reported by the next step()
+  std::shared_ptr<const TokenTrie> trie_;  // the tokenizer's bytes per id, made at the first grammar
   int64_t next_id_ = 0;
   int64_t steps_ = 0, prompt_tokens_total_ = 0, generation_tokens_total_ = 0, batched_tokens_total_ = 0;
 };

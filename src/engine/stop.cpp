@@ -80,7 +80,8 @@ std::string StopStringMatcher::flush() {
 }
 
 StopVerdict apply_stop_rules(int32_t id, bool is_end_id, bool has_text, bool at_length_limit,
-                             IncrementalDetokenizer* detokenizer, StopStringMatcher& matcher) {
+                             IncrementalDetokenizer* detokenizer, StopStringMatcher& matcher,
+                             bool grammar_finished) {
   StopVerdict v;
   if (is_end_id) {
     v.finish = FinishReason::Stop;  // 1. the end token itself adds no text
@@ -88,8 +89,9 @@ StopVerdict apply_stop_rules(int32_t id, bool is_end_id, bool has_text, bool at_
     v.text = matcher.push(detokenizer->push(id));  // 2. stop strings are matched on text
     if (matcher.matched()) v.finish = FinishReason::Stop;
   }
-  if (!v.finish && at_length_limit) v.finish = FinishReason::Length;  // 3.
-  if (v.finish && detokenizer && !matcher.matched()) {  // 4. release the held-back text
+  if (!v.finish && grammar_finished) v.finish = FinishReason::Stop;  // 3.
+  if (!v.finish && at_length_limit) v.finish = FinishReason::Length;  // 4.
+  if (v.finish && detokenizer && !matcher.matched()) {  // 5. release the held-back text
     v.text += matcher.push(detokenizer->flush());
     if (matcher.matched()) v.finish = FinishReason::Stop;  // the flushed bytes completed a stop string
     else v.text += matcher.flush();

@@ -70,12 +70,15 @@ struct StopVerdict {
 //   1. an end id (EOS, or a stop token the request named) ends the sequence; its text is not emitted;
 //   2. otherwise the token's text goes through the stop-string matcher; a match ends the sequence
 //      and the stop string is not emitted;
-//   3. otherwise reaching the length limit (max_tokens or the context) ends it;
-//   4. a sequence that ends without a stop string releases what the detokenizer and the matcher
+//   3. otherwise a grammar that is complete and admits nothing more (structured output, after the
+//      closing "}") ends it with "stop", the token's text emitted;
+//   4. otherwise reaching the length limit (max_tokens or the context) ends it;
+//   5. a sequence that ends without a stop string releases what the detokenizer and the matcher
 //      still hold back.
 // `detokenizer` may be null (a request served without a tokenizer: ids only); `has_text` is false
 // for ids that have no text (the padding rows of an embedding table past the tokenizer's vocabulary).
 StopVerdict apply_stop_rules(int32_t id, bool is_end_id, bool has_text, bool at_length_limit,
-                             IncrementalDetokenizer* detokenizer, StopStringMatcher& matcher);
+                             IncrementalDetokenizer* detokenizer, StopStringMatcher& matcher,
+                             bool grammar_finished = false);
 
 }  // namespace journey

@@ -20,6 +20,13 @@ void validate(const SamplingParams& p) {
     fail("sampling: presence_penalty must be in [-2, 2] (0 = off), found ", p.presence_penalty);
   if (p.logprobs < 0 || p.logprobs > kMaxLogprobs)
     fail("sampling: logprobs must be in [0, ", kMaxLogprobs, "], found ", p.logprobs);
+  if (p.logit_bias.size() > static_cast<size_t>(kMaxLogitBiasEntries))
+    fail("sampling: logit_bias may hold at most ", kMaxLogitBiasEntries, " tokens, found ", p.logit_bias.size());
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0) fail("sampling: logit_bias token id must be >= 0, found ", id);
+    if (!(bias >= -kMaxLogitBias && bias <= kMaxLogitBias))
+      fail("sampling: logit_bias of token ", id, " must be in [", -kMaxLogitBias, ", ", kMaxLogitBias, "], found ", bias);
+  }
 }
 
 }  // namespace journey

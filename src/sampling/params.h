@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace journey {
 
@@ -18,12 +20,18 @@ struct SamplingParams {
   double presence_penalty = 0.0;    // OpenAI: logit -= presence * (count > 0) (output tokens only)
   std::optional<uint64_t> seed;     // absent = a fresh seed from the OS (reported by the sampler)
   int logprobs = 0;                 // how many top alternatives to return with each token
+  // OpenAI logit_bias: added to the raw logits of these token ids before anything else; +100
+  // forces a token, -100 bans it. [B] (token id, bias), ids distinct.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   bool greedy() const { return temperature == 0.0; }
 };
 
 // Largest `logprobs` accepted (the OpenAI API's top_logprobs limit).
 inline constexpr int kMaxLogprobs = 20;
+// logit_bias: at most this many entries, each bias in [-kMaxLogitBias, kMaxLogitBias] (OpenAI's range).
+inline constexpr int kMaxLogitBiasEntries = 1024;
+inline constexpr double kMaxLogitBias = 100.0;
 
 // Throws journey::Error naming the first field that is out of range, its range and its value.
 void validate(const SamplingParams& params);

@@ -70,6 +70,13 @@ double exp_shifted(std::span<const float> logits, float shift, float* out) {
 
 }  // namespace
 
+void apply_logit_bias(std::span<float> logits, std::span<const std::pair<int32_t, float>> bias) {
+  for (const auto& [id, value] : bias) {
+    check_id(id, logits.size(), "logit_bias");
+    logits[static_cast<size_t>(id)] += value;
+  }
+}
+
 void apply_repetition_penalty(std::span<float> logits, const std::unordered_set<int32_t>& seen, double penalty) {
   if (penalty == 1.0) return;
   for (int32_t id : seen) {

@@ -1,7 +1,7 @@
 // The logits processors, one function each, applied by the Sampler in this order (vLLM's and
 // Hugging Face's order):
 //
-//   logits [V] ─► penalties ─► temperature ─► softmax ─► top-k ─► top-p ─► min-p ─► draw
+//   logits [V] ─► logit bias ─► penalties ─► temperature ─► softmax ─► top-k ─► top-p ─► min-p ─► draw
 //
 // Penalties and temperature work on logits. From softmax on, the filters work on probabilities:
 // a filtered-out token gets probability 0 and the survivors are renormalized to sum to 1, which is
@@ -12,9 +12,14 @@
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace journey {
+
+// OpenAI logit_bias: logit[id] += bias for each (id, bias). Throws journey::Error for an id outside
+// [0, V) (the server checks ids against the vocabulary first; this guards every other caller).
+void apply_logit_bias(std::span<float> logits, std::span<const std::pair<int32_t, float>> bias);
 
 // HF RepetitionPenaltyLogitsProcessor: for every token in `seen` (prompt + output), a positive
 // logit is divided by `penalty`, a negative one multiplied (so penalty > 1 always lowers it).

@@ -37,12 +37,13 @@ SampledToken Sampler::sample(std::span<const float> logits, TraceSink* sink) {
   // token's and the top-N alternatives' entries are ever read, so no [V] vector is built.
   const double raw_log_z = log_normalizer(logits);
 
-  // 1. penalties, on a copy of the logits
+  // 1. logit bias and penalties, on a copy of the logits
   std::vector<float> penalized(logits.begin(), logits.end());  // [V]
+  apply_logit_bias(penalized, params_.logit_bias);
   apply_repetition_penalty(penalized, seen_, params_.repetition_penalty);
   apply_frequency_presence_penalties(penalized, output_counts_, params_.frequency_penalty, params_.presence_penalty);
   JOURNEY_TRACE(sink, Stage::probs_penalized, -1, vector_tensor(penalized));
-  const bool penalties_active =
+  const bool penalties_active = !params_.logit_bias.empty() ||
       params_.repetition_penalty != 1.0 || params_.frequency_penalty != 0.0 || params_.presence_penalty != 0.0;
 
   if (params_.greedy()) {
@@ -86,12 +87,12 @@ SampledToken Sampler::sample(std::span<const float> logits, TraceSink* sink) {
 
 bool Sampler::can_draw_on_device() const {
   return params_.repetition_penalty == 1.0 && params_.frequency_penalty == 0.0 && params_.presence_penalty == 0.0 &&
-         params_.min_p == 0.0 && params_.logprobs == 0;
+         params_.min_p == 0.0 && params_.logprobs == 0 && params_.logit_bias.empty();
 }
 
 DeviceSampling Sampler::device_draw() {
   if (!can_draw_on_device())
-    fail("this request cannot be sampled on the device: it uses penalties, min-p or logprobs");
+    fail("this request cannot be sampled on the device: it uses penalties, min-p, logprobs or logit_bias");
   DeviceSampling d;
   d.temperature = params_.temperature;
   d.top_k = params_.top_k > 0 ? params_.top_k : 0;

@@ -41,7 +41,7 @@ class Sampler {
 
   // Drawing on the backend's device (Backend::forward_sample) applies temperature, top-k and top-p
   // only. A sequence can be drawn there when it asks for nothing else: no penalties, no min-p, no
-  // logprobs. device_draw() gives the parameters of its next draw, with the uniform number this
+  // logprobs, no logit_bias. device_draw() gives the parameters of its next draw, with the uniform number this
   // sampler would have drawn on the host (greedy draws none), so a seed picks the same token on
   // either side; accept_device_draw() then records the drawn id as output. The returned token's
   // prob and logprob are NaN: its distribution stayed on the device.

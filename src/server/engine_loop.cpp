@@ -28,13 +28,27 @@ EngineLoop::EngineLoop(std::unique_ptr<LLMEngine> engine, Metrics& metrics)
   thread_ = std::thread([this] { run(); });
 }
 
-EngineLoop::~EngineLoop() {
+EngineLoop::~EngineLoop() { shutdown(); }
+
+EngineStats EngineLoop::shutdown() {
+  if (final_stats_) return *final_stats_;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    commands_.emplace_back(AbortAll{});
     stopping_ = true;
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  final_stats_ = engine_->stats();  // the thread is gone: the engine is ours to read
+  return *final_stats_;
+}
+
+void EngineLoop::abort_all() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    commands_.emplace_back(AbortAll{});
+  }
+  wake_.notify_all();
 }
 
 std::vector<int64_t> EngineLoop::submit(std::vector<EngineRequest> requests, std::shared_ptr<RequestStream> stream) {
@@ -78,13 +92,19 @@ void EngineLoop::handle(Abort& abort) {
   for (int64_t id : abort.ids) engine_->abort_request(id);  // unknown / finished ids are ignored
 }
 
+void EngineLoop::handle(AbortAll&) {
+  for (const auto& [id, t] : tracked_) engine_->abort_request(id);
+}
+
 void EngineLoop::run() {
   while (true) {
     std::deque<Command> commands;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return stopping_ || !commands_.empty() || engine_->has_unfinished(); });
-      if (stopping_) return;
+      // Stopping: the last commands (shutdown() queued an AbortAll) still run, and the steps that
+      // follow until the engine holds no sequence, so that every KV block is freed.
+      if (stopping_ && commands_.empty() && !engine_->has_unfinished()) return;
       commands.swap(commands_);
     }
     for (Command& c : commands) std::visit([this](auto& cmd) { handle(cmd); }, c);

@@ -42,12 +42,19 @@ class RequestStream {
 class EngineLoop {
  public:
   EngineLoop(std::unique_ptr<LLMEngine> engine, Metrics& metrics);
-  ~EngineLoop();  // stops the thread
+  ~EngineLoop();  // shutdown(), if not done
 
   // Queue the n sequences of one API request. Returns their engine ids, or throws the
   // journey::Error the engine raised for the first bad one (none of them is queued then).
   std::vector<int64_t> submit(std::vector<EngineRequest> requests, std::shared_ptr<RequestStream> stream);
   void abort(const std::vector<int64_t>& ids);
+  // Abort every sequence the engine holds (a drain that ran out of time): each request's stream
+  // gets its last output with `aborted` set.
+  void abort_all();
+  // Stops the thread: pending commands are handled, whatever still runs is aborted and stepped
+  // out of the engine (its blocks freed), then the engine's final stats are returned, which the
+  // drain's last log line reports (every KV block should be free).
+  EngineStats shutdown();
   const LLMEngine& engine() const { return *engine_; }  // immutable facts only (tokenizer, lengths)
 
  private:
@@ -59,7 +66,8 @@ class EngineLoop {
   struct Abort {
     std::vector<int64_t> ids;
   };
-  using Command = std::variant<Add, Abort>;
+  struct AbortAll {};
+  using Command = std::variant<Add, Abort, AbortAll>;
   struct Tracked {
     std::shared_ptr<RequestStream> stream;
     size_t choice = 0;
@@ -70,6 +78,7 @@ class EngineLoop {
   void run();
   void handle(Add& add);
   void handle(Abort& abort);
+  void handle(AbortAll&);
 
   std::unique_ptr<LLMEngine> engine_;
   Metrics& metrics_;
@@ -77,6 +86,7 @@ class EngineLoop {
   std::condition_variable wake_;
   std::deque<Command> commands_;
   bool stopping_ = false;
+  std::optional<EngineStats> final_stats_;  // set by shutdown()
   std::unordered_map<int64_t, Tracked> tracked_;  // engine thread only
   int64_t last_steps_ = 0, last_batched_tokens_ = 0;  // engine thread only: stats at the last step
   std::thread thread_;

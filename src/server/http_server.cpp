@@ -18,6 +18,7 @@
 #include "core/untrusted.h"
 #include "engine/stop.h"
 #include "engine/traced_generation.h"
+#include "server/drain.h"
 #include "server/engine_loop.h"
 #include "server/http_connections.h"
 #include "server/metrics.h"
@@ -114,18 +115,51 @@ int64_t unix_time() {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// One line on stderr per API request, written when its response is complete (streams and
+// non-streaming answers: when the content provider ends; errors: at once):
+//   journey serve: request chatcmpl-… POST /v1/chat/completions 200 prompt_tokens=12
+//   completion_tokens=24 ttft_ms=35.1 total_ms=410.7 finish=length [user=…] [error="…"]
+struct RequestLog {
+  std::string id;
+  std::string route;  // "POST /v1/completions"
+  std::string user;
+  Clock::time_point start = Clock::now();
+  int status = 0;
+  int64_t prompt_tokens = -1, completion_tokens = -1;  // -1: none (not a generation, or refused)
+  double ttft_seconds = -1;
+  std::string finish;  // finish reasons of the choices, comma-separated
+  std::string error;   // the error message of a 4xx/5xx
+  bool deferred = false;  // written by the response's releaser, not by the route wrapper
+  std::atomic<bool> written{false};
+
+  void write() {
+    if (written.exchange(true)) return;
+    const double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    std::string line = cat("journey serve: request ", id, " ", route, " ", status);
+    if (prompt_tokens >= 0) line += cat(" prompt_tokens=", prompt_tokens, " completion_tokens=", completion_tokens);
+    if (ttft_seconds >= 0) line += cat(" ttft_ms=", std::round(ttft_seconds * 1e4) / 10);
+    line += cat(" total_ms=", std::round(total_ms * 10) / 10);
+    if (!finish.empty()) line += " finish=" + finish;
+    if (!user.empty()) line += " user=" + dump(json(user));
+    if (!error.empty()) line += " error=" + dump(json(excerpt(error, 200)));
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+};
+
 struct Server {
   ServerOptions options;
   Metrics metrics;
   RateLimiter limiter;
   RateLimiter auth_failures{kMaxAuthFailuresPerMinute};
   std::atomic<bool> ready{false};
+  DrainGate drain;  // closed by the first SIGTERM/SIGINT (drain.h)
   ServingParts parts;
   ModelContext ctx;
   ManifestModel traced_model;  // the model entry of traced requests' manifests
   std::unique_ptr<EngineLoop> loop;
 
-  explicit Server(const ServerOptions& o) : options(o), limiter(o.rate_limit_per_minute) {}
+  explicit Server(const ServerOptions& o)
+      : options(o), metrics(o.served_model_name, o.replica_name), limiter(o.rate_limit_per_minute) {}
 
   // Every error answer goes through here: the message is cut to a bounded excerpt, whatever a
   // request or a model file put into it.
@@ -138,9 +172,46 @@ struct Server {
 
   // Auth (with failed-auth throttling per address), rate limit, readiness, the body (size and
   // JSON nesting checked, parsed once) and error mapping around every API handler.
-  using ApiHandler = std::function<void(const httplib::Request&, httplib::Response&, const json& body)>;
+  using ApiHandler = std::function<void(const httplib::Request&, httplib::Response&, const json& body,
+                                        const std::shared_ptr<RequestLog>& log)>;
   httplib::Server::Handler api(ApiHandler handler) {
     return [this, handler](const httplib::Request& req, httplib::Response& res) {
+      auto log = std::make_shared<RequestLog>();
+      log->id = random_id("req-");
+      log->route = req.method + " " + excerpt(req.path, 100);
+      serve_api(req, res, handler, log);
+      if (!log->deferred) {
+        log->status = res.status < 0 ? 200 : res.status;
+        if (log->status >= 400) log->error = error_message_of(res);
+        log->write();
+      }
+    };
+  }
+
+  // The message of an error body written by send_error (for the log line).
+  static std::string error_message_of(const httplib::Response& res) {
+    try {
+      json body = json::parse(res.body);
+      return body.at("error").at("message").get<std::string>();
+    } catch (const std::exception&) {
+      return "";
+    }
+  }
+
+  void serve_api(const httplib::Request& req, httplib::Response& res, const ApiHandler& handler,
+                 const std::shared_ptr<RequestLog>& log) {
+    {
+      // Held while the handler runs; a completion takes a second one for its response (Exchange).
+      DrainGate::Ticket admitted = drain.admit();
+      if (!admitted) {
+        // Draining: nothing was started, so the client (or a balancer: deploy/haproxy.cfg) can
+        // send the request again, to another replica or to this one once it is back.
+        res.set_header("Retry-After", "1");
+        res.set_header("Connection", "close");
+        send_error(res, 503, "The server is shutting down (draining): retry on another replica or after the restart",
+                   "service_unavailable", "", "server_draining");
+        return;
+      }
       std::string client = req.remote_addr;
       if (!options.api_key.empty()) {
         if (int retry = auth_failures.blocked(req.remote_addr)) {
@@ -181,7 +252,7 @@ struct Server {
           return;
         }
         json body = req.method == "POST" ? parse_request_body(req.body) : json();
-        handler(req, res, body);
+        handler(req, res, body, log);
       } catch (const ApiError& e) {
         send_error(res, e.status, e.what(), e.type, e.param, e.code);
       } catch (const json::exception& e) {
@@ -191,10 +262,10 @@ struct Server {
       } catch (const std::exception& e) {
         send_error(res, 500, cat("Internal error: ", e.what()), "internal_error");
       }
-    };
+    }
   }
 
-  void completions(const json& body, httplib::Response& res, bool chat);
+  void completions(const json& body, httplib::Response& res, bool chat, const std::shared_ptr<RequestLog>& log);
   std::string start_trace(const std::string& id, ApiRequest& api);
   void tokenize(const json& body, httplib::Response& res);
   void detokenize(const json& body, httplib::Response& res);
@@ -229,7 +300,27 @@ struct Exchange {
   int64_t created = unix_time();
   std::string error;                  // engine failure text, if any
   std::string trace_dir;              // the request's dump directory when traced
+  DrainGate::Ticket open_response;    // a drain waits until this response has ended
+  std::shared_ptr<RequestLog> log;    // the request's log line, written when the response ends
 };
+
+// OpenAI's streamed form of new tool calls: per call one delta with its index, id, type and name
+// (arguments ""), then one with the arguments. index counts the choice's calls from 0.
+void append_tool_call_deltas(json& deltas, const std::vector<ToolCall>& calls, size_t first_index) {
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const ToolCall& call = calls[k];
+    deltas.push_back({{"index", first_index + k}, {"id", call.id}, {"type", "function"},
+                      {"function", {{"name", call.name}, {"arguments", ""}}}});
+    deltas.push_back({{"index", first_index + k}, {"function", {{"arguments", call.arguments}}}});
+  }
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls) {
+  json list = json::array();
+  for (const ToolCall& call : calls)
+    list.push_back({{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+  return list;
+}
 
 // A traced request's dump directory, with the manifest fields only the server knows (model,
 // prompt, template, settings); the engine adds the steps (llm_engine.h). Returns the directory.
@@ -265,7 +356,10 @@ std::string Server::start_trace(const std::string& id, ApiRequest& api) {
   return dir.string();
 }
 
-void absorb(Exchange& ex, const ModelContext& ctx, const StreamEvent& ev, json* chunk_choice) {
+// Takes one engine event into the exchange and, when chunk_choice is given, writes its stream
+// chunk. Returns false when that chunk says nothing (tools offered and the text held back as a
+// possible call): the stream skips it, as vLLM does.
+bool absorb(Exchange& ex, const ModelContext& ctx, const StreamEvent& ev, json* chunk_choice) {
   ChoiceState& c = ex.choices[ev.choice];
   const RequestOutput& out = ev.output;
   c.prompt_tokens = out.prompt_tokens;
@@ -276,6 +370,25 @@ void absorb(Exchange& ex, const ModelContext& ctx, const StreamEvent& ev, json* 
     text.clear();
   }
   c.text += text;
+  if (!out.tokens.empty() && ex.log && ex.log->ttft_seconds < 0)
+    ex.log->ttft_seconds = std::chrono::duration<double>(Clock::now() - ex.log->start).count();
+  // With tools offered, the text goes through the choice's call parser: what it is sure is
+  // content is content, complete calls become tool_calls.
+  std::string content = text;
+  json call_deltas = json::array();
+  if (ex.api.parse_tool_calls()) {
+    if (!c.tool_parser) c.tool_parser.emplace(ex.api.tool_format, ex.api.tools->names, ex.api.tools->parallel);
+    ToolCallParser::Output piece = c.tool_parser->feed(text);
+    if (out.finished()) {
+      ToolCallParser::Output rest = c.tool_parser->finish();
+      piece.content += rest.content;
+      for (ToolCall& call : rest.calls) piece.calls.push_back(std::move(call));
+    }
+    content = piece.content;
+    c.content += piece.content;
+    append_tool_call_deltas(call_deltas, piece.calls, c.tool_calls.size());
+    for (ToolCall& call : piece.calls) c.tool_calls.push_back(std::move(call));
+  }
   if (chunk_choice) {
     json& ch = *chunk_choice;
     ch["index"] = ev.choice;
@@ -285,7 +398,9 @@ void absorb(Exchange& ex, const ModelContext& ctx, const StreamEvent& ev, json* 
         delta["role"] = "assistant";
         ex.role_sent[ev.choice] = true;
       }
-      if (!text.empty() || !out.finished()) delta["content"] = text;
+      if (!content.empty() || (!out.finished() && call_deltas.empty() && !ex.api.parse_tool_calls()))
+        delta["content"] = content;
+      if (!call_deltas.empty()) delta["tool_calls"] = call_deltas;
       ch["delta"] = delta;
     } else {
       ch["text"] = text;
@@ -302,14 +417,19 @@ void absorb(Exchange& ex, const ModelContext& ctx, const StreamEvent& ev, json* 
   }
   if (out.finished()) {
     c.finish_reason = out.aborted ? "abort" : finish_reason_name(*out.finish_reason);
+    if (!c.tool_calls.empty() && !out.aborted) c.finish_reason = "tool_calls";  // as vLLM: the model called
     ++ex.finished;
     if (chunk_choice) (*chunk_choice)["finish_reason"] = c.finish_reason;
   }
+  return !(ex.api.parse_tool_calls() && chunk_choice && !out.finished() && content.empty() && call_deltas.empty() &&
+           (*chunk_choice)["delta"].empty() && (*chunk_choice)["logprobs"].is_null());
 }
 
-void Server::completions(const json& body, httplib::Response& res, bool chat) {
+void Server::completions(const json& body, httplib::Response& res, bool chat, const std::shared_ptr<RequestLog>& log) {
   auto ex = std::make_shared<Exchange>();
+  ex->open_response = drain.open_response();
   ex->api = chat ? parse_chat_request(body, ctx) : parse_completion_request(body, ctx);
+  log->user = ex->api.user;
   size_t n = ex->api.sequences.size();
   ex->choices.resize(n);
   ex->previous.assign(n, ex->api.sequences[0].prompt.back());
@@ -319,6 +439,10 @@ void Server::completions(const json& body, httplib::Response& res, bool chat) {
   int64_t prompt_tokens = static_cast<int64_t>(ex->api.sequences[0].prompt.size());
   if (ex->api.trace) ex->trace_dir = start_trace(ex->id, ex->api);
   ex->ids = loop->submit(ex->api.sequences, ex->stream);  // journey::Error -> 400
+  // From here the response is a content provider: its releaser writes the log line.
+  log->id = ex->id;
+  log->deferred = true;
+  ex->log = log;
 
   auto usage = [ex, prompt_tokens] {
     int64_t completion = 0;
@@ -328,8 +452,19 @@ void Server::completions(const json& body, httplib::Response& res, bool chat) {
 
   EngineLoop* engine_loop = loop.get();
   // Abort the sequences when the response ends before they finished (the client went away).
-  auto release = [engine_loop, ex](bool) {
-    if (ex->finished < static_cast<int>(ex->choices.size())) engine_loop->abort(ex->ids);
+  auto release = [engine_loop, ex, prompt_tokens](bool) {
+    const bool gone = ex->finished < static_cast<int>(ex->choices.size());
+    if (gone) engine_loop->abort(ex->ids);
+    RequestLog& log = *ex->log;
+    log.status = 200;
+    log.prompt_tokens = prompt_tokens;
+    log.completion_tokens = 0;
+    for (const ChoiceState& c : ex->choices) {
+      log.completion_tokens += c.completion_tokens;
+      log.finish += (log.finish.empty() ? "" : ",") + (c.finish_reason.empty() ? std::string("client_gone") : c.finish_reason);
+    }
+    if (!ex->error.empty()) log.error = ex->error;
+    log.write();
   };
 
   if (!ex->api.stream) {
@@ -361,10 +496,16 @@ void Server::completions(const json& body, httplib::Response& res, bool chat) {
               if (ex->api.logprobs)
                 lp = logprobs_json(ex->api, ctx, c.tokens, ex->api.sequences[0].prompt.back(),
                                    ex->api.echo ? ex->api.prompt_text.size() : 0);
-              if (chat)
+              if (chat && ex->api.parse_tool_calls()) {
+                json message = {{"role", "assistant"},
+                                {"content", c.content.empty() && !c.tool_calls.empty() ? json(nullptr) : json(c.content)}};
+                if (!c.tool_calls.empty()) message["tool_calls"] = tool_calls_json(c.tool_calls);
+                choices.push_back({{"index", i}, {"message", message}, {"logprobs", lp}, {"finish_reason", c.finish_reason}});
+              } else if (chat) {
                 choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", c.text}}},
                                    {"logprobs", lp}, {"finish_reason", c.finish_reason}});
-              else
+              }
+              if (!chat)
                 choices.push_back({{"index", i}, {"text", (ex->api.echo ? ex->api.prompt_text : "") + c.text},
                                    {"logprobs", lp}, {"finish_reason", c.finish_reason}});
             }
@@ -418,7 +559,7 @@ void Server::completions(const json& body, httplib::Response& res, bool chat) {
           return sink.is_writable();
         }
         json choice;
-        absorb(*ex, ctx, *ev, &choice);
+        if (!absorb(*ex, ctx, *ev, &choice)) return true;  // nothing to say yet
         json data = chunk(json::array({choice}));
         // The dump is complete once the request finished: the chunk that says so names it.
         if (!ex->trace_dir.empty() && ex->finished == static_cast<int>(n)) data["journey_trace"] = ex->trace_dir;
@@ -454,14 +595,28 @@ void Server::detokenize(const json& body, httplib::Response& res) {
   res.set_content(dump({{"prompt", ctx.tokenizer->decode(parse_detokenize_request(body, ctx))}}), "application/json");
 }
 
+// httplib's stop() does nothing until serve() has started listening, and a stop that came too
+// early (a signal or a load error in the first milliseconds) would leave serve() running for
+// ever with nobody left to stop it: wait, bounded, until it listens.
+void stop_when_listening(GuardedHttpServer& http) {
+  for (int i = 0; i < 1000 && !http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  http.stop();
+}
+
 }  // namespace
 
 void load_serving_parts(ServingParts& parts, const std::string& model_path, const EngineConfig& engine,
-                        const std::function<std::unique_ptr<Backend>(const LoadedModel&)>& make_backend) {
+                        const std::function<std::unique_ptr<Backend>(const LoadedModel&)>& make_backend,
+                        const std::string& chat_template_file) {
   parts.model_path = model_path;
   LoadedModel model = load_model(model_path);  // released once the backend holds its own copy
   parts.tokenizer = load_tokenizer(model.path);
   parts.chat_template = std::make_unique<ModelChatTemplate>(load_chat_template(model.path));
+  if (!chat_template_file.empty()) {
+    if (!std::filesystem::is_regular_file(chat_template_file))
+      fail("--chat-template ", chat_template_file, ": no such file");
+    parts.chat_template->chat_template = make_jinja_template(read_whole_file(chat_template_file), chat_template_file);
+  }
   parts.backend = make_backend(model);
   parts.engine_config = engine;
   parts.engine_config.eos_token_ids = collect_eos_ids(model.generation, model.config, *parts.tokenizer);
@@ -494,44 +649,84 @@ void run_server(const ServerOptions& options, std::function<void(ServingParts&)>
                                               : cat("HTTP error ", res.status);
     res.set_content(dump(error_body(message, "invalid_request_error", "", "")), "application/json");
     state.metrics.count_http_error();
+    RequestLog log;
+    log.id = random_id("req-");
+    log.route = req.method + " " + excerpt(req.path, 100);
+    log.status = res.status;
+    log.error = message;
+    log.write();
   });
 
+  // A balancer's health check: 200 only while this replica takes new requests.
   http.Get("/health", [&state](const httplib::Request&, httplib::Response& res) {
-    res.status = state.ready ? 200 : 503;
-    res.set_content(state.ready ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}", "application/json");
+    const char* status = state.drain.closed() ? "draining" : state.ready ? "ok" : "loading";
+    res.status = std::string(status) == "ok" ? 200 : 503;
+    res.set_content(cat("{\"status\":\"", status, "\"}"), "application/json");
   });
   http.Get("/metrics", [&state, &http](const httplib::Request&, httplib::Response& res) {
     res.set_content(state.metrics.render(http.stats()), "text/plain; version=0.0.4");
   });
-  http.Get("/v1/models", state.api([&state](const httplib::Request&, httplib::Response& res, const json&) {
+  http.Get("/v1/models", state.api([&state](const httplib::Request&, httplib::Response& res, const json&, const auto&) {
     json model = {{"id", state.options.served_model_name}, {"object", "model"}, {"created", unix_time()},
                   {"owned_by", "journey"}, {"max_model_len", state.ctx.max_model_len}};
     res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}), "application/json");
   }));
   using Request = httplib::Request;
   using Response = httplib::Response;
-  http.Post("/v1/completions", state.api([&state](const Request&, Response& r, const json& b) { state.completions(b, r, false); }));
-  http.Post("/v1/chat/completions", state.api([&state](const Request&, Response& r, const json& b) { state.completions(b, r, true); }));
-  http.Post("/tokenize", state.api([&state](const Request&, Response& r, const json& b) { state.tokenize(b, r); }));
-  http.Post("/detokenize", state.api([&state](const Request&, Response& r, const json& b) { state.detokenize(b, r); }));
+  using Log = std::shared_ptr<RequestLog>;
+  http.Post("/v1/completions", state.api([&state](const Request&, Response& r, const json& b, const Log& log) { state.completions(b, r, false, log); }));
+  http.Post("/v1/chat/completions", state.api([&state](const Request&, Response& r, const json& b, const Log& log) { state.completions(b, r, true, log); }));
+  http.Post("/tokenize", state.api([&state](const Request&, Response& r, const json& b, const Log&) { state.tokenize(b, r); }));
+  http.Post("/detokenize", state.api([&state](const Request&, Response& r, const json& b, const Log&) { state.detokenize(b, r); }));
+  // What is running: no key needed (like /health), nothing secret in it.
+  http.Get("/version", [&state](const httplib::Request&, httplib::Response& res) {
+    json version = {{"version", JOURNEY_VERSION}, {"git_commit", JOURNEY_GIT_COMMIT[0] ? json(JOURNEY_GIT_COMMIT) : json(nullptr)},
+                    {"model", state.options.served_model_name}};
+    if (!state.options.replica_name.empty()) version["replica"] = state.options.replica_name;
+    res.set_content(dump(version), "application/json");
+  });
+
+  // CORS. A browser page on another origin may call the API when its origin is listed
+  // (--allowed-origins); the preflight OPTIONS is answered without a key (browsers send none),
+  // the real request still needs one. An origin not listed gets no Access-Control-* header, so
+  // the browser refuses to hand the answer to the page.
+  auto allowed_origin = [&options](const httplib::Request& req) -> std::string {
+    const std::string origin = req.get_header_value("Origin");
+    if (origin.empty()) return "";
+    for (const std::string& allowed : options.allowed_origins)
+      if (allowed == "*" || allowed == origin) return allowed == "*" ? "*" : origin;
+    return "";
+  };
+  http.Options(R"(/.*)", [allowed_origin](const httplib::Request& req, httplib::Response& res) {
+    res.status = 204;
+    const std::string origin = allowed_origin(req);
+    if (origin.empty()) return;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+    res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : excerpt(asked, 1000));
+    res.set_header("Access-Control-Max-Age", "600");
+  });
+  http.set_post_routing_handler([allowed_origin](const httplib::Request& req, httplib::Response& res) {
+    const std::string origin = allowed_origin(req);
+    if (origin.empty()) return;
+    res.set_header("Access-Control-Allow-Origin", origin);
+    if (origin != "*") res.set_header("Vary", "Origin");
+  });
 
   if (!http.bind(options.host, options.port))
     fail("cannot listen on ", options.host, ":", options.port, " (address in use or not available)");
 
-  // SIGINT/SIGTERM are taken by one thread with sigwait, which then stops the server cleanly.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGINT/SIGTERM start a drain (drain.h); the thread that takes them exists before any other.
   std::signal(SIGPIPE, SIG_IGN);
-  std::thread signal_thread([&http, signals] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    if (sig != 0) http.stop();
-  });
+  SignalDrain signal_drain(
+      state.drain, std::chrono::milliseconds(static_cast<int64_t>(options.drain_timeout_seconds * 1000)),
+      [&state] {
+        if (state.ready) state.loop->abort_all();
+      },
+      [&http] { stop_when_listening(http); });
 
   std::string load_error;
+  const auto load_start = Clock::now();
   std::thread loader([&] {
     try {
       load(state.parts);
@@ -549,9 +744,10 @@ void run_server(const ServerOptions& options, std::function<void(ServingParts&)>
       const int64_t kv_tokens = engine->num_kv_blocks() * state.parts.engine_config.block_size;
       const int64_t kv_bytes = engine->num_kv_blocks() * state.parts.backend->kv_block_bytes(state.parts.engine_config.block_size);
       std::fprintf(stderr,
-                   "journey serve: %s ready on http://%s:%d (%lld KV blocks of %lld tokens = %lld tokens in %.1f MiB, "
-                   "context %lld)\n",
+                   "journey serve: %s ready on http://%s:%d in %.1f s (%lld KV blocks of %lld tokens = %lld tokens in "
+                   "%.1f MiB, context %lld)\n",
                    options.served_model_name.c_str(), options.host.c_str(), options.port,
+                   std::chrono::duration<double>(Clock::now() - load_start).count(),
                    static_cast<long long>(engine->num_kv_blocks()),
                    static_cast<long long>(state.parts.engine_config.block_size), static_cast<long long>(kv_tokens),
                    double(kv_bytes) / double(1 << 20), static_cast<long long>(engine->max_model_len()));
@@ -559,17 +755,23 @@ void run_server(const ServerOptions& options, std::function<void(ServingParts&)>
       state.ready = true;
     } catch (const std::exception& e) {
       load_error = e.what();
-      http.stop();
+      stop_when_listening(http);
     }
   });
   std::fprintf(stderr, "journey serve: listening on http://%s:%d, loading %s\n", options.host.c_str(), options.port,
                state.parts.model_path.empty() ? "the model" : state.parts.model_path.c_str());
   http.serve();
   loader.join();
-  pthread_kill(signal_thread.native_handle(), SIGTERM);
-  signal_thread.join();
-  state.loop.reset();  // stop the engine thread before the backend goes away
+  const DrainReport drained = signal_drain.finish();
+  std::optional<EngineStats> last;
+  if (state.loop) last = state.loop->shutdown();  // stop the engine thread before the backend goes away
+  state.loop.reset();
   if (!load_error.empty()) fail(load_error);
+  if (!drained.signalled) return;
+  const std::string summary = drain_summary(drained, last ? last->kv.used_blocks : 0, last ? last->kv.num_blocks : 0);
+  // A drain that had to abort requests, or blocks still held, is not a clean exit: status 1 says so.
+  if (drained.aborted > 0 || (last && last->kv.used_blocks != 0)) fail(summary);
+  std::fprintf(stderr, "journey serve: %s\n", summary.c_str());
 }
 
 }  // namespace journey::server

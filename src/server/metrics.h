@@ -14,8 +14,9 @@ class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
   void observe(double value);
-  // "# TYPE name histogram" and the _bucket / _sum / _count lines.
-  void write(std::string& out, const std::string& name, const std::string& help) const;
+  // "# TYPE name histogram" and the _bucket / _sum / _count lines; labels ("a=\"x\",b=\"y\"" or "")
+  // go on every line, before le.
+  void write(std::string& out, const std::string& name, const std::string& help, const std::string& labels) const;
 
  private:
   std::vector<double> bounds_;    // [B] upper bounds, ascending
@@ -32,7 +33,9 @@ struct ConnectionStats {
 
 class Metrics {
  public:
-  Metrics();
+  // Every series carries model_name="..." (vLLM's label) and, when replica is not empty,
+  // replica="..." (several replicas behind one load balancer, scraped into one Prometheus).
+  explicit Metrics(const std::string& model_name = "", const std::string& replica = "");
   void set_engine(const EngineStats& stats);  // after each step
   void observe_ttft(double seconds);
   void observe_itl(double seconds);
@@ -47,6 +50,7 @@ class Metrics {
   EngineStats engine() const;
 
  private:
+  std::string labels_;  // model_name="…"[,replica="…"], escaped
   mutable std::mutex mutex_;
   EngineStats engine_;
   Histogram ttft_, itl_, e2e_, step_, step_tokens_, step_sampled_;

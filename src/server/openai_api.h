@@ -3,6 +3,8 @@
 // response objects and stream chunks. No I/O here; http_server.cpp moves the bytes.
 #pragma once
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -11,12 +13,15 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/llm_engine.h"
+#include "server/tool_calls.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 namespace journey::server {
 
-using nlohmann::json;
+// Ordered: a request's objects keep the client's key order (the tools a template renders with
+// tojson come out as sent), and responses list their fields in the order they are written.
+using json = nlohmann::ordered_json;
 
 // An error answered with OpenAI's {"error": {"message", "type", "param", "code"}} body.
 struct ApiError : std::runtime_error {
@@ -48,6 +53,23 @@ int64_t max_prompt_bytes(const ModelContext& ctx);
 // deeper than kMaxJsonDepth, or not JSON, is a 400 before any endpoint sees it.
 json parse_request_body(std::string_view body);
 
+// Every request field of /v1/completions and /v1/chat/completions, in one table: the request
+// check (a field not in it is a 400 "unknown field"; an unsupported one a 400 saying so) and
+// docs/serving.md's table of supported fields (api_fields_markdown(); a test keeps them equal).
+enum class FieldSupport { implemented, unsupported };
+inline constexpr unsigned kCompletionsEndpoint = 1, kChatEndpoint = 2, kBothEndpoints = 3;
+struct ApiField {
+  const char* name;
+  unsigned endpoints;    // kCompletionsEndpoint | kChatEndpoint
+  FieldSupport support;
+  const char* what;      // what journey does with it, or why it is refused
+};
+std::span<const ApiField> api_fields();
+std::string api_fields_markdown();
+// 400 for the first field of body that the endpoint does not take (unknown, the other endpoint's,
+// or unsupported with a non-null value).
+void check_fields(const json& body, unsigned endpoint);
+
 // One parsed API request: what to run (n engine requests) and how to answer.
 struct ApiRequest {
   bool chat = false;
@@ -59,6 +81,10 @@ struct ApiRequest {
   std::string prompt_text;    // completions: for echo
   std::string template_text;  // chat: the rendered template the prompt ids encode
   bool trace = false;         // "journey_trace": true (needs journey serve --trace-dir)
+  std::string user;           // "user": shown in the request's log line
+  std::optional<ToolRequest> tools;  // chat: tools offered (and tool_choice)
+  ToolCallFormat tool_format = ToolCallFormat::hermes;  // how calls are written, from the template
+  bool parse_tool_calls() const { return tools && tools->active(); }
   int n = 1;
   std::vector<EngineRequest> sequences;  // [n]
 };
@@ -71,7 +97,9 @@ std::vector<int> parse_detokenize_request(const json& body, const ModelContext& 
 
 // The prompt token ids of a chat conversation (template applied) or plain text (with BOS).
 // rendered (optional) receives the template text.
-std::vector<int32_t> encode_chat(const json& messages, const ModelContext& ctx, std::string* rendered = nullptr);
+// tools (optional): offered to the template (tool_calls.h).
+std::vector<int32_t> encode_chat(const json& messages, const ModelContext& ctx, std::string* rendered = nullptr,
+                                 const ToolRequest* tools = nullptr);
 std::vector<int32_t> encode_text(const std::string& text, const ModelContext& ctx);
 
 // Per choice, what the HTTP handler accumulates for the final response.
@@ -79,6 +107,9 @@ struct ChoiceState {
   std::string text;
   std::vector<SampledToken> tokens;
   std::string finish_reason;  // "" until finished
+  std::vector<ToolCall> tool_calls;           // parsed from the text (tools offered)
+  std::optional<ToolCallParser> tool_parser;  // the choice's parser while it runs
+  std::string content;                        // text outside the calls (when parsed)
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
 };

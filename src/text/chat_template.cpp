@@ -20,17 +20,31 @@ using json = nlohmann::ordered_json;
 class JinjaChatTemplate : public ChatTemplate {
  public:
   JinjaChatTemplate(const std::string& source, std::string name)
-      : template_(jinja::Template::parse(source, name)), name_(std::move(name)) {}
+      : template_(jinja::Template::parse(source, name)),
+        name_(std::move(name)),
+        // A template that names `tools` anywhere is taken to have a tool section (a heuristic: a
+        // template that never reads the variable cannot show the tools to the model).
+        renders_tools_(source.find("tools") != std::string::npos),
+        source_(source) {}
 
   std::string render(const ChatTemplateInputs& inputs) const override {
     jinja::Value context = jinja::default_globals(inputs.now_unix_seconds);
     jinja::ValueList messages;
-    for (const auto& m : inputs.messages)
-      messages.push_back(jinja::Value::dict({{"role", jinja::Value(m.role)}, {"content", jinja::Value(m.content)}}));
+    for (const auto& m : inputs.messages) {
+      jinja::Value message = jinja::Value::dict(
+          {{"role", jinja::Value(m.role)}, {"content", jinja::Value(m.content)}});
+      if (!m.tool_calls_json.empty())
+        message.set("tool_calls", jinja::Value::from_json(parse_untrusted_json<json>(m.tool_calls_json, name_ + ": tool_calls")));
+      if (!m.tool_call_id.empty()) message.set("tool_call_id", jinja::Value(m.tool_call_id));
+      if (!m.name.empty()) message.set("name", jinja::Value(m.name));
+      messages.push_back(std::move(message));
+    }
     context.set("messages", jinja::Value(std::move(messages)));
     context.set("add_generation_prompt", jinja::Value(inputs.add_generation_prompt));
     context.set("bos_token", jinja::Value(inputs.bos_token));
     context.set("eos_token", jinja::Value(inputs.eos_token));
+    if (!inputs.tools_json.empty())
+      context.set("tools", jinja::Value::from_json(parse_untrusted_json<json>(inputs.tools_json, name_ + ": tools")));
     if (!inputs.extra_context_json.empty()) {
       json extra = parse_untrusted_json<json>(inputs.extra_context_json, name_ + ": extra template variables");
       if (!extra.is_object()) fail(name_, ": extra template variables must be a JSON object, found ", extra.type_name());
@@ -40,10 +54,14 @@ class JinjaChatTemplate : public ChatTemplate {
   }
 
   std::string name() const override { return name_; }
+  bool renders_tools() const override { return renders_tools_; }
+  std::string_view source() const override { return source_; }
 
  private:
   jinja::Template template_;
   std::string name_;
+  bool renders_tools_;
+  std::string source_;
 };
 
 // "plain": for base models with no chat format (stories260K). The message contents, in order

@@ -6,13 +6,22 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace journey {
 
 struct ChatMessage {
-  std::string role;     // "system", "user", "assistant"
+  ChatMessage() = default;
+  ChatMessage(std::string role_, std::string content_) : role(std::move(role_)), content(std::move(content_)) {}
+  std::string role;     // "system", "user", "assistant", "tool"
   std::string content;
+  // OpenAI tool calling, as the template sees it (Hugging Face's message dict). Empty = the key is
+  // absent from the message (templates test `'tool_calls' in message`).
+  std::string tool_calls_json;  // assistant: a JSON list of {"id", "type", "function": {"name", "arguments": object}}
+  std::string tool_call_id;     // tool: the id of the call this message answers
+  std::string name;             // tool: the function's name
 };
 
 struct ChatTemplateInputs {
@@ -26,6 +35,9 @@ struct ChatTemplateInputs {
   // Extra template variables as a JSON object text, e.g. {"enable_thinking": false} (Qwen3);
   // "" for none. They are set after messages/bos/eos and override them.
   std::string extra_context_json;
+  // The request's tools as a JSON list of {"type": "function", "function": {...}}; "" = no tools
+  // (then `tools` is undefined in the template, as Hugging Face leaves it).
+  std::string tools_json;
 };
 
 class ChatTemplate {
@@ -33,6 +45,11 @@ class ChatTemplate {
   virtual ~ChatTemplate() = default;
   virtual std::string render(const ChatTemplateInputs& inputs) const = 0;  // throws journey::Error
   virtual std::string name() const = 0;  // "jinja:<source>" or "builtin:plain" ...
+  // Whether the template renders a `tools` list itself (Qwen2.5, Llama 3.1 ...). When it does not,
+  // the server describes the tools in a system message (server/tool_calls.h).
+  virtual bool renders_tools() const { return false; }
+  // The Jinja source ("" for the plain format): the tool-call format is read from it.
+  virtual std::string_view source() const { return ""; }
 };
 
 // Parse Jinja source; unsupported syntax is reported with line/column.

@@ -173,7 +173,7 @@ json manifest_to_json(const Manifest& m) {
                       {"description", s.description}});
   json pieces = json::object();
   for (const auto& [id, piece] : m.pieces) pieces[std::to_string(id)] = piece;
-  return {
+  json out = {
       {"format", m.format},
       {"version", m.version},
       {"generated_by", {{"tool", m.generated_by_tool}, {"command", m.generated_by_command}}},
@@ -188,6 +188,11 @@ json manifest_to_json(const Manifest& m) {
       {"pieces", pieces},
       {"tensors", tensors},
   };
+  if (m.tensor_parallel)
+    out["tensor_parallel"] = {{"rank", m.tensor_parallel->rank},
+                              {"world_size", m.tensor_parallel->world_size},
+                              {"shard", m.tensor_parallel->shard}};
+  return out;
 }
 
 Manifest manifest_from_json(const json& j, const std::string& where) {
@@ -211,6 +216,16 @@ Manifest manifest_from_json(const json& j, const std::string& where) {
     m.model.hash = field_or<std::string>(model, "hash", "", where, "model");
   }
   if (j.contains("settings")) m.settings = j.at("settings");
+  if (j.contains("tensor_parallel")) {
+    const json& tp = j.at("tensor_parallel");
+    ManifestTensorParallel p;
+    p.world_size = field<int>(tp, "world_size", where, "tensor_parallel");
+    p.rank = field<int>(tp, "rank", where, "tensor_parallel");
+    if (p.world_size < 1 || p.rank < 0 || p.rank >= p.world_size)
+      fail(where, ": tensor_parallel.rank ", p.rank, " is outside a group of world_size ", p.world_size);
+    if (tp.contains("shard")) p.shard = tp.at("shard");
+    m.tensor_parallel = p;
+  }
   m.prompt = field_or<std::string>(j, "prompt", "", where, "the manifest");
   m.template_text = field_or<std::string>(j, "template_text", "", where, "the manifest");
   for (const auto& t : field_or<json>(j, "tokens", json::array(), where, "the manifest"))

@@ -75,6 +75,17 @@ struct ManifestModel {
   std::string hash;                                   // model_fingerprint(): "sha256:<hex>"
 };
 
+// A dump written by one rank of a tensor-parallel group (`mpirun -np N journey trace ...
+// --tensor-parallel N`): rank 0's dump holds the stages every rank agrees on (the residual stream,
+// the all-reduced attn_out and ffn_out, the gathered logits) and its own heads' and FFN columns'
+// partial stages; rank r's dump (DIR/rank<r>/) the same stages of its part. `shard` says which part:
+// {"heads": [begin, end), "kv_heads": [...], "ffn_columns": [...], "vocabulary": [...]} (end excluded).
+struct ManifestTensorParallel {
+  int rank = 0;
+  int world_size = 1;
+  nlohmann::json shard = nlohmann::json::object();
+};
+
 struct Manifest {
   std::string format = kTraceFormat;
   int version = kTraceVersion;
@@ -92,6 +103,7 @@ struct Manifest {
   // tokens: the top entries of each logits/probability row and the logit lens's ids. Lets the
   // report name tokens without the tokenizer. Empty when the writer had no tokenizer.
   std::map<int32_t, std::string> pieces;
+  std::optional<ManifestTensorParallel> tensor_parallel;  // absent: one process held the whole model
 
   // The entry for (stage, layer, step), or nullptr.
   const ManifestTensor* find(const std::string& stage, int layer, int step) const;

@@ -221,7 +221,7 @@ class Checker {
           // one matrix for every token count (the K types' quantizer searches, so it is not cheap)
           const TestMatrix w = make_matrix(random_floats(size_t(out * in), seed(), 0.5f), out, in, type);
           const auto bias = random_floats(size_t(out), seed());
-          for (int64_t T : {1, 2, 3, 17, 33}) {
+          for (int64_t T : {1, 2, 3, 9, 16, 17, 33}) {  // 9, 16: batched decode in token lanes
             const bool with_bias = (variant++ % 2) == 1;
             const std::string where = sizes({{"T", T}, {"in", in}, {"out", out}}) + " " + std::string(dtype_name(type)) +
                                       (with_bias ? " +bias" : "");
@@ -237,7 +237,7 @@ class Checker {
 
   void linear_shared_input() {
     if (!b_.has_linear_shared_input()) return;
-    for (int64_t T : {1, 3, 17})
+    for (int64_t T : {1, 3, 16, 17})
       for (DType type : b_.weight_types())
         for (int64_t in : row_lengths(type, {17, 4097})) {
           const std::string where = sizes({{"T", T}, {"in", in}}) + " outs=17,3,257 " + std::string(dtype_name(type));

@@ -204,3 +204,27 @@ TEST_CASE("journey-trace render and report name the valid range of --layer and -
   CHECK(report.status == 2);
   CHECK(has(report.err, "has layers 0-4"));
 }
+
+TEST_CASE("JOURNEY_CPU_ISA caps the kernels: the fallback a CPU without AVX-512 runs gives the same greedy text; a bad name is an error") {
+  auto capped = [](const std::string& level, const std::string& args) {
+    return run("/usr/bin/env", "JOURNEY_CPU_ISA=" + level + " '" + std::string(JOURNEY_CLI) + "' " + args);
+  };
+  const std::string prompt = "generate --model data/stories260K --device cpu --max-tokens 24 --temperature 0 \"Once upon a time\"";
+  Run best = journey(prompt);
+  REQUIRE(best.status == 0);
+  for (const char* level : {"generic", "avx2"}) {
+    CAPTURE(level);
+    Run low = capped(level, prompt);
+    INFO(low.err);
+    REQUIRE(low.status == 0);
+    CHECK(low.out == best.out);  // f32 kernels of another width: the sums' order differs, the argmax does not
+  }
+  Run bench = capped("generic", "bench --model data/stories260K --runs 1 --prompt-tokens 4 --gen-tokens 2 --json");
+  INFO(bench.err);
+  REQUIRE(bench.status == 0);
+  CHECK(has(bench.out, "\"cpu_kernels\": \"generic (JOURNEY_CPU_ISA=generic)\""));
+
+  Run bad = capped("sse9", prompt);
+  CHECK(bad.status != 0);
+  CHECK(has(bad.err, "JOURNEY_CPU_ISA='sse9' is not a kernel level; expected one of generic, avx2, avx512-vnni, avx512-bf16"));
+}

@@ -100,6 +100,50 @@ TEST_CASE("kernels: the integer dot products (unpacked, and fused for decode) eq
   }
 }
 
+TEST_CASE("kernels: dot_tokens (batched decode, tokens in register lanes) equals dot() per row and token") {
+  const int64_t n = 768;  // 3 super-blocks, 24 legacy blocks
+  for (Isa isa : supported_isas()) {
+    const auto& k = cpu::kernels::table(isa);
+    if (!k.dot_tokens) continue;  // AVX512-VNNI only; the other tables fall back to dot() per token
+    for (DType type : kBlockTypes)
+      for (int64_t T : {2, 5, 16})
+        for (int rows = 1; rows <= cpu::kernels::kTokenRows; ++rows) {
+          CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type)); CAPTURE(T); CAPTURE(rows);
+          const int64_t groups = n / cpu::kernels::kGroup;
+          std::vector<uint8_t> q(size_t(rows * n));
+          std::vector<float> s(size_t(rows * groups)), o(size_t(rows * groups));
+          for (int r = 0; r < rows; ++r) {
+            const auto bytes = quantized(type, scalar::random_vector(size_t(n), 30 + r, 0.5f));
+            k.unpack_row(type, bytes.data(), n, q.data() + r * n, s.data() + r * groups, o.data() + r * groups);
+          }
+          const auto x_values = scalar::random_vector(size_t(T * n), 40, 2.0f);
+          cpu::QuantizedInput qx;
+          qx.quantize(x_values.data(), T, n, dtype_block_size(type) == 256 ? 256 : 32);
+          qx.lay_out_token_lanes(T);
+          const int zero = cpu::kernels::unpacked_zero(type);
+          const bool has_offset = cpu::kernels::unpacked_has_offset(type);
+          std::vector<float> got(size_t(rows * cpu::kernels::kLaneTokens), NAN);
+          k.dot_tokens(q.data(), s.data(), o.data(), rows, zero, has_offset, qx.token_lanes(), n, got.data());
+          for (int r = 0; r < rows; ++r)
+            for (int64_t t = 0; t < T; ++t) {
+              const cpu::kernels::QuantizedActivations xt{qx.q.data() + t * n, qx.dx.data() + t * groups,
+                                                          qx.gsum.data() + t * groups, qx.xs.data() + t * groups};
+              const float want = k.dot(q.data() + r * n, s.data() + r * groups, o.data() + r * groups, zero,
+                                       has_offset, xt, n);
+              double magnitude = 0;  // sum of |each group's share|: the two differ only in f32 order
+              for (int64_t g = 0; g < groups; ++g) {
+                int64_t group_sum = 0;
+                for (int64_t j = g * 16; j < g * 16 + 16; ++j)
+                  group_sum += (int64_t(q[size_t(r * n + j)]) - zero) * qx.q[size_t(t * n + j)];
+                magnitude += std::abs(double(s[size_t(r * groups + g)]) * qx.dx[size_t(t * groups + g)] * double(group_sum)) +
+                             std::abs(double(o[size_t(r * groups + g)]) * qx.xs[size_t(t * groups + g)]);
+              }
+              CHECK(std::abs(got[size_t(r * cpu::kernels::kLaneTokens + t)] - want) <= 1e-5 * magnitude);
+            }
+        }
+  }
+}
+
 TEST_CASE("kernels: the f16 and bf16 tile kernel equals the f32 one on the widened weights") {
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);

@@ -163,7 +163,9 @@ int main(int argc, char** argv) {
       EngineConfig config;
       config.max_model_len = stream_prompt + stream_out + 16;
       config.scheduler.max_num_seqs = streams;
-      // the engine samples on the host from the step's logits: spread the rows over the cores
+      // default sampling draws on the GPU (LLMEngine::step: only the ids come back); a request that
+      // needs the host (penalties, logprobs, a trace) draws from the logits there: spread those rows
+      // over the cores
       config.sampling_threads = int(std::clamp<unsigned>(std::thread::hardware_concurrency() / 2, 1u, 8u));
       LLMEngine engine(*backend, config);
       const int64_t vocab = backend->config().vocab_size;

@@ -9,6 +9,8 @@
 #include <string>
 #include <sys/wait.h>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/expected.h"
 
 using journey::test::expected_text;
@@ -71,6 +73,29 @@ TEST_CASE("journey generate rejects bad sampling flags with the field's name") {
   Run missing = run_journey("generate --model no/such/model");
   CHECK(missing.status == 1);
   CHECK(missing.err.find("no/such/model") != std::string::npos);
+}
+
+TEST_CASE("journey generate --json-schema / --json: the continuation is JSON; a bad schema names its path") {
+  const std::string schema = std::string(JOURNEY_SOURCE_DIR) + "/chapters/ch15_structured_output/person.json";
+  Run r = run_journey("generate " + kModel + "\"Once upon a time\" --seed 3 --json-schema '" + schema + "'");
+  INFO("stdout: ", r.out, "stderr: ", r.err);
+  CHECK(r.status == 0);
+  REQUIRE(r.out.rfind("Once upon a time{", 0) == 0);
+  const std::string answer = r.out.substr(std::string("Once upon a time").size());
+  const nlohmann::json j = nlohmann::json::parse(answer);  // the trailing "\n" is whitespace
+  CHECK(j.size() == 3);
+  CHECK(j.at("age").is_number_integer());
+  CHECK(r.err.find("finish: stop") != std::string::npos);
+  Run object = run_journey("generate " + kModel + "\"\" --temperature 0 --json --max-tokens 20");
+  CHECK(object.status == 0);
+  CHECK(object.out.rfind("{", 0) == 0);
+
+  const std::filesystem::path bad = std::filesystem::path(JOURNEY_BINARY_DIR) / "tests" / "engine" / "cli_runs" / "bad.json";
+  std::ofstream(bad) << R"({"type":"object","properties":{"age":{"type":"integer","minimum":0}}})";
+  Run refused = run_journey("generate " + kModel + "--json-schema '" + bad.string() + "'");
+  CHECK(refused.status == 1);
+  CHECK(refused.err.find(bad.string() + ".properties.age.minimum: 'minimum' is not supported") != std::string::npos);
+  CHECK(refused.out.empty());
 }
 
 TEST_CASE("journey chat through a pipe: two turns, /reset, a turn again, EOF") {

@@ -4,7 +4,8 @@ tests/golden/templates/*.json hold the renders that journey's Jinja interpreter 
 byte for byte (tests/text/test_template_goldens.cpp). They were written by
 tools/make_template_goldens.py with a Jinja2 environment set up "the way transformers does it".
 This test takes that claim away: every render (8 model templates x 8 conversations x with/without
-the generation prompt, and the 30 llama.cpp case templates) is rendered again by the pinned
+the generation prompt, the 4 templates with a tool section given tools, a call and its answer, and
+the 30 llama.cpp case templates) is rendered again by the pinned
 transformers' PreTrainedTokenizerBase.apply_chat_template(..., tokenize=False) and must be
 identical, errors included (raise_exception in a template). So journey == goldens == transformers.
 
@@ -36,7 +37,7 @@ def tokenizer_with(bos, eos):
                                    bos_token=bos or None, eos_token=eos or None)
 
 
-def render(tokenizer, source, entry, date_string):
+def render(tokenizer, source, entry, date_string, tools=None):
     # The goldens render with bos_token/eos_token always defined ("" where the model has none);
     # a tokenizer without one would leave it undefined, so they are passed as template variables.
     kwargs = dict(entry.get("extra_context") or {}, bos_token=tokenizer.bos_token or "",
@@ -44,16 +45,16 @@ def render(tokenizer, source, entry, date_string):
     if "strftime_now" in source:
         kwargs.setdefault("date_string", date_string)
     try:
-        return tokenizer.apply_chat_template(entry["messages"], chat_template=source, tokenize=False,
+        return tokenizer.apply_chat_template(entry["messages"], chat_template=source, tokenize=False, tools=tools,
                                              add_generation_prompt=entry["add_generation_prompt"], **kwargs), None
     except TemplateError as e:
         return None, str(e)
 
 
-def check(name, source, bos, eos, renders, date_string, failures):
+def check(name, source, bos, eos, renders, date_string, failures, tools=None):
     tokenizer = tokenizer_with(bos, eos)
     for entry in renders:
-        text, error = render(tokenizer, source, entry, date_string)
+        text, error = render(tokenizer, source, entry, date_string, tools)
         where = f"{name} / {entry['conversation']} / add_generation_prompt={entry['add_generation_prompt']} {entry.get('extra_context') or ''}"
         if "expected_error" in entry:
             if error != entry["expected_error"]:
@@ -78,6 +79,12 @@ def main():
                 source = f.read()
             checked += check(os.path.basename(path), source, doc["bos_token"], doc["eos_token"], doc["renders"],
                              date_string, failures)
+        elif "tools" in doc:  # tool-templates.json: templates with a tool section, given `tools`
+            for t in doc["templates"]:
+                with open(os.path.join(REPO, t["template_file"]), encoding="utf-8") as f:
+                    source = f.read()
+                checked += check(f"{t['template_file']} with tools", source, t["bos_token"], t["eos_token"],
+                                 t["renders"], date_string, failures, tools=doc["tools"])
         else:
             with open(os.path.join(REPO, doc["cases_file"]), encoding="utf-8") as f:
                 cases = {c["name"]: c for c in json.load(f)["cases"]}

@@ -447,9 +447,15 @@ TEST_CASE("prompts nested within the limit are read without recursion, and odd s
   CHECK(completion(R"({"prompt": {"a": 1}})", &message) == 400);
   CHECK_MESSAGE(message.find("'prompt' must be a string, a list of one string, a list of token ids") != std::string::npos, message);
   CHECK(completion(R"({"prompt": ["a", "b"]})") == 400);
-  // Chat: an extra field nested to the limit is accepted (and serialized for traces) without trouble.
+  // Chat: a message field nested to the limit is a 400 naming it (a message's name is a string), and
+  // a tool's parameters schema nested past its own limit (32) is refused by the iterative check.
   const std::string chat = R"({"messages": [{"role": "user", "content": "hi", "name": )" + nested_objects(58) + "}]}";
-  CHECK(status_of([&] { server::parse_chat_request(server::parse_request_body(chat), s.ctx); }) == 200);
+  CHECK(status_of([&] { server::parse_chat_request(server::parse_request_body(chat), s.ctx); }, &message) == 400);
+  CHECK_MESSAGE(message.find("messages[0].name must be a string") != std::string::npos, message);
+  const std::string tools = R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", )"
+                            R"("function": {"name": "f", "parameters": )" + nested_objects(58) + "}}]}";
+  CHECK(status_of([&] { server::parse_chat_request(server::parse_request_body(tools), s.ctx); }, &message) == 400);
+  CHECK_MESSAGE(message.find("tools[0].function.parameters is nested deeper than 32 levels") != std::string::npos, message);
   CHECK(status_of([&] { server::parse_detokenize_request(server::parse_request_body(R"({"tokens": [[1]]})"), s.ctx); },
                   &message) == 400);
   CHECK_MESSAGE(message.find("found [1]") != std::string::npos, message);

@@ -144,6 +144,16 @@ TEST_CASE("frequency and presence penalties (OpenAI): logit -= f * count + p * (
   check_close(logits, {-0.25, 0.25, 1.0});
 }
 
+TEST_CASE("logit bias adds to the named logits only; an id outside the vocabulary is an error") {
+  std::vector<float> logits = {1.0f, 2.0f, 3.0f, 4.0f};
+  std::vector<std::pair<int32_t, float>> bias = {{0, 100.0f}, {3, -100.0f}};
+  apply_logit_bias(logits, bias);
+  check_close(logits, {101.0, 2.0, 3.0, -96.0});
+  std::vector<std::pair<int32_t, float>> outside = {{4, 1.0f}};
+  CHECK_THROWS_WITH_AS(apply_logit_bias(logits, outside), doctest::Contains("token id 4 is outside the vocabulary [0, 4)"),
+                       Error);
+}
+
 TEST_CASE("argmax: ties go to the lowest id") {
   std::vector<float> values = {1.0f, 3.0f, 2.0f, 3.0f};
   CHECK(argmax(values) == 1);
@@ -191,6 +201,9 @@ TEST_CASE("validation names the field, its range and the value") {
   p = ok; p.presence_penalty = -3; rejects(p, "presence_penalty");
   p = ok; p.logprobs = -1; rejects(p, "logprobs");
   p = ok; p.logprobs = kMaxLogprobs + 1; rejects(p, "logprobs");
+  p = ok; p.logit_bias = {{3, 100.5f}}; rejects(p, "logit_bias of token 3 must be in [-100, 100]");
+  p = ok; p.logit_bias = {{-1, 1.0f}}; rejects(p, "logit_bias token id");
+  p = ok; p.logit_bias.assign(kMaxLogitBiasEntries + 1, {0, 1.0f}); rejects(p, "at most 1024");
   // The edges of each range are accepted.
   p = ok; p.temperature = 0; p.top_k = -1; p.top_p = 1; p.min_p = 1; p.frequency_penalty = -2; p.presence_penalty = 2;
   CHECK_NOTHROW(validate(p));

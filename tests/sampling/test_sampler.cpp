@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -138,6 +139,28 @@ TEST_CASE("a seed reproduces the draws; different seeds differ") {
   Sampler unseeded(SamplingParams{}, {});
   Sampler unseeded2(SamplingParams{}, {});
   CHECK(unseeded.seed() != unseeded2.seed());  // fresh seeds from the OS (2^-64 chance to collide)
+}
+
+TEST_CASE("logit_bias +100 forces a token and -100 bans it; logprobs stay those of the raw logits") {
+  Pcg32 rng(11);
+  SamplingParams forced;
+  forced.temperature = 1.0;
+  forced.seed = 5;
+  forced.logit_bias = {{17, 100.0f}};
+  Sampler force(forced, {});
+  for (int step = 0; step < 50; ++step) {
+    std::vector<float> logits = random_logits(rng, 64);  // values in a few units: +100 dominates
+    SampledToken t = force.sample(logits);
+    CHECK(t.id == 17);
+    CHECK(t.logprob == doctest::Approx(log_softmax(logits)[17]));
+    // greedy with the argmax banned picks the runner-up
+    const int32_t best = argmax(logits);
+    Sampler ban_best(SamplingParams{.temperature = 0.0, .logit_bias = {{best, -100.0f}}}, {});
+    std::vector<float> without = logits;
+    without[best] = -std::numeric_limits<float>::infinity();
+    CHECK(ban_best.sample(logits).id == argmax(without));
+  }
+  CHECK_FALSE(force.can_draw_on_device());
 }
 
 TEST_CASE("draws follow the distribution") {

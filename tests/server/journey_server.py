@@ -13,10 +13,14 @@ import os
 import secrets
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import journey_http as jh  # noqa: E402  (without_server_labels)
 
 
 def free_port():
@@ -26,13 +30,14 @@ def free_port():
 
 
 class JourneyServer:
-    def __init__(self, journey, model, name, extra_args=(), start_timeout_s=120):
+    def __init__(self, journey, model, name, extra_args=(), start_timeout_s=120, port=None, key=None):
+        """port, key: given to start a replica again where it was, with the key its clients use."""
         self.journey, self.model, self.name = journey, model, name
         self.extra_args = list(extra_args)
         self.start_timeout_s = start_timeout_s
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.key = "sk-journey-test-" + secrets.token_hex(8)
+        self.key = key or "sk-journey-test-" + secrets.token_hex(8)
         self.process = None
         self.log = None
 
@@ -123,14 +128,16 @@ class JourneyServer:
             raise AssertionError(f"POST {path} {obj}: HTTP {status}: {text}")
         return json.loads(text)
 
-    def metric(self, line_start):
-        """The value of the first /metrics line that starts with `line_start` + ' ' (name and labels)."""
+    def metric(self, series):
+        """The value of one /metrics series, named without the model_name/replica labels every
+        series carries: 'journey:kv_blocks_used', 'journey:request_success_total{finished_reason="abort"}'."""
         status, text = self.get("/metrics")
         assert status == 200, f"/metrics answered {status}"
         for line in text.splitlines():
-            if line.startswith(line_start + " "):
-                return float(line.split(" ")[1])
-        raise AssertionError(f"/metrics has no line starting with {line_start!r}")
+            name, _, value = line.rpartition(" ")
+            if not line.startswith("#") and jh.without_server_labels(name) == series:
+                return float(value)
+        raise AssertionError(f"/metrics has no series {series!r}")
 
     def wait_for_metric(self, name, done, timeout_s=10.0, poll_s=0.05):
         """Polls a metric until done(value) or the timeout; returns the last value read."""

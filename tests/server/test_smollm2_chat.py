@@ -12,6 +12,7 @@ tests/golden/check_smollm2.py checks token for token against transformers' Llama
 Skips (exit 77, saying so) when the model is absent. Run by ctest as server_smollm2_chat.
 """
 import argparse
+import json
 import os
 import sys
 import unittest
@@ -124,6 +125,90 @@ class SeedsRequest(unittest.TestCase):
     def test_blocks_free_and_metrics_after_the_requests(self):
         self.assertEqual(server.wait_for_metric("journey:kv_blocks_used", lambda v: v == 0), 0)
         self.assertEqual([m.id for m in client.models.list().data], [MODEL])
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+# One earlier round (a call, its answer, a reply), then the same question again: the model sees
+# how a call is written (journey's default tool text and Hermes blocks: SmolLM2's template has no
+# tool section) and is nudged to write one with a logit bias built from token ids below.
+WEATHER_AGAIN = [
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 21}"},
+    {"role": "assistant", "content": "It is 21 degrees in Paris."},
+    {"role": "user", "content": "What is the weather in Paris?"},
+]
+
+
+def ids_of(text):
+    return server.post_json("/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"]
+
+
+def call_nudge():
+    """logit_bias that turns SmolLM2-135M's greedy answer into a call: '<' up (a tag opens), 'response'
+    banned (so the tag is <tool_call>, not a copy of <tool_response>), 'temperature' banned (so the
+    JSON is not the tool's answer copied), 'name' up a little (so the JSON starts with "name")."""
+    less_than, _, _, response, _ = ids_of("<tool_response>")
+    temperature = ids_of("{\"temperature\"")[1]
+    name = ids_of("{\"name\"")[1]
+    return {str(less_than): 3, str(response): -100, str(temperature): -100, str(name): 2}
+
+
+class ToolCalls(unittest.TestCase):
+    def test_a_call_parsed_streamed_reassembled_and_answered(self):
+        request = dict(model=MODEL, messages=WEATHER_AGAIN, tools=TOOLS, max_tokens=60, temperature=0,
+                       logit_bias=call_nudge())
+        full = client.chat.completions.create(**request)
+        choice = full.choices[0]
+        self.assertEqual(choice.finish_reason, "tool_calls", choice.message)
+        self.assertIsNone(choice.message.content)
+        self.assertEqual(len(choice.message.tool_calls), 1)
+        call = choice.message.tool_calls[0]
+        self.assertEqual((call.type, call.function.name), ("function", "get_weather"))
+        self.assertEqual(json.loads(call.function.arguments), {"city": "Paris"})
+        self.assertRegex(call.id, r"^call_[0-9a-f]{24}$")
+        # Streamed: the client reassembles the deltas (index, id and name first, then the arguments).
+        calls, reason, content = {}, None, ""
+        for chunk in client.chat.completions.create(**request, stream=True):
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            content += delta.content or ""
+            for d in delta.tool_calls or []:
+                entry = calls.setdefault(d.index, {"id": None, "name": None, "arguments": ""})
+                if d.id:
+                    entry["id"] = d.id
+                if d.function and d.function.name:
+                    entry["name"] = d.function.name
+                if d.function and d.function.arguments:
+                    entry["arguments"] += d.function.arguments
+            reason = chunk.choices[0].finish_reason or reason
+        self.assertEqual(reason, "tool_calls")
+        self.assertEqual(content, "")
+        self.assertEqual(list(calls), [0])
+        self.assertEqual((calls[0]["name"], calls[0]["arguments"]), ("get_weather", call.function.arguments))
+        self.assertRegex(calls[0]["id"], r"^call_")
+        # The call and its result go back (the assistant message as the client returned it).
+        answered = client.chat.completions.create(model=MODEL, tools=TOOLS, max_tokens=16, temperature=0, messages=[
+            *WEATHER_AGAIN, choice.message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": "{\"temperature\": 19}"}])
+        self.assertEqual(answered.choices[0].message.role, "assistant")
+
+    def test_tools_reach_the_model_as_a_system_message_rendered_by_the_gguf_template(self):
+        """SmolLM2's template has no tool section: journey's default system text (Qwen2.5's tool
+        section) goes in as a system message; transformers, given that system message, builds the
+        same prompt ids."""
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+        qwen = _compile_jinja_template(open(os.path.join(
+            REPO, "tests/data/chat-templates/templates/Qwen-Qwen2.5-7B-Instruct.jinja"), encoding="utf-8").read())
+        question = [{"role": "user", "content": "What is the weather in Paris?"}]
+        rendered = qwen.render(messages=question, tools=TOOLS, add_generation_prompt=True)
+        tool_text = rendered[rendered.index("# Tools"):rendered.index("<|im_end|>")]
+        _, expected = hf_prompt_ids([{"role": "system", "content": tool_text}] + question)
+        self.assertEqual(server.post_json("/tokenize", {"messages": question, "tools": TOOLS})["tokens"], expected)
 
 
 if __name__ == "__main__":

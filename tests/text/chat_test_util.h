@@ -24,7 +24,13 @@ inline nlohmann::ordered_json read_repo_json(const std::string& relative) {
 
 inline std::vector<ChatMessage> messages_from_json(const nlohmann::ordered_json& list) {
   std::vector<ChatMessage> messages;
-  for (const auto& m : list) messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+  for (const auto& m : list) {
+    ChatMessage message(m.at("role").get<std::string>(), m.at("content").get<std::string>());
+    if (m.contains("tool_calls")) message.tool_calls_json = m.at("tool_calls").dump();
+    if (m.contains("tool_call_id")) message.tool_call_id = m.at("tool_call_id").get<std::string>();
+    if (m.contains("name")) message.name = m.at("name").get<std::string>();
+    messages.push_back(std::move(message));
+  }
   return messages;
 }
 

@@ -18,7 +18,7 @@ struct Tally {
 
 // Renders every entry of one golden "renders" list and checks it.
 void check_renders(const ChatTemplate& tmpl, const std::string& label, const std::string& bos, const std::string& eos,
-                   std::int64_t now, const json& renders, Tally& tally) {
+                   std::int64_t now, const json& renders, Tally& tally, const std::string& tools_json = "") {
   for (const auto& r : renders) {
     ChatTemplateInputs inputs;
     inputs.messages = test::messages_from_json(r.at("messages"));
@@ -26,6 +26,7 @@ void check_renders(const ChatTemplate& tmpl, const std::string& label, const std
     inputs.bos_token = bos;
     inputs.eos_token = eos;
     inputs.now_unix_seconds = now;
+    inputs.tools_json = tools_json;
     if (!r.at("extra_context").empty()) inputs.extra_context_json = r.at("extra_context").dump();
     std::string where = label + " / " + r.at("conversation").get<std::string>() +
                         " / add_generation_prompt=" + (inputs.add_generation_prompt ? "true" : "false") +
@@ -75,6 +76,24 @@ TEST_CASE("real model templates match the Jinja2 goldens") {
   }
   MESSAGE("model-template goldens: ", tally.renders, " renders (", tally.errors_expected, " expected errors)");
   CHECK(tally.renders >= 8 * 16);
+}
+
+TEST_CASE("templates with a tool section render tools, tool calls and tool answers as Jinja2 does") {
+  const std::string file = "tests/golden/templates/tool-templates.json";
+  json doc = test::read_repo_json(file);
+  check_header(doc, file);
+  Tally tally;
+  for (const auto& entry : doc.at("templates")) {
+    const std::string template_file = entry.at("template_file").get<std::string>();
+    auto tmpl = make_jinja_template(test::read_repo_file(template_file), template_file);
+    CHECK_MESSAGE(tmpl->renders_tools(), template_file);
+    check_renders(*tmpl, template_file, entry.at("bos_token"), entry.at("eos_token"), doc.at("now_unix_seconds"),
+                  entry.at("renders"), tally, doc.at("tools").dump());
+  }
+  MESSAGE("tool-template goldens: ", tally.renders, " renders");
+  CHECK(tally.renders == 4 * 6);
+  CHECK_FALSE(make_builtin_template("plain")->renders_tools());
+  CHECK_FALSE(make_builtin_template("chatml")->renders_tools());
 }
 
 TEST_CASE("llama.cpp case templates rendered raw match the Jinja2 goldens") {

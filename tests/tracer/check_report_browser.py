@@ -357,6 +357,25 @@ try:
     print("served request, step 0:", kv)
     expect(kv["blocks"] >= 3 and kv["cached"] >= 4, f"the served request's prefix-cache hits are not drawn: {kv}")
     expect("prefix cache" in kv["note"], f"the KV note does not mention the prefix cache: {kv['note']!r}")
+
+    # 9. Structured output: the grammar_mask stage in the "Grammar mask" panel.
+    constrained = os.path.join(work, "json")
+    run([journey, "trace", "--model", "data/stories260K", "Once upon a time", "--out", constrained, "--max-tokens", "40",
+         "--temperature", "0", "--json-schema", "chapters/ch15_structured_output/person.json"])
+    grammar_report = os.path.join(work, "json.html")
+    run([tracer, "report", constrained, "--out", grammar_report])
+    open_report(browser, grammar_report)
+    browser.evaluate("window.journeyReport.setStep(1)")
+    g = browser.evaluate("""({hidden: document.getElementById('grammar-panel').hidden, steps: window.journeyReport.drawn.grammarSteps,
+                              total: window.journeyReport.steps, note: document.getElementById('grammar-note').innerText,
+                              lists: document.getElementById('grammar').innerText,
+                              struck: document.querySelectorAll('#grammar .row.cut').length})""")
+    print("grammar panel, step 1:", {k: g[k] for k in ("hidden", "steps", "total", "struck")})
+    expect(not g["hidden"] and g["steps"] == g["total"], f"the grammar panel is not drawn for every step: {g}")
+    expect("ids allowed" in g["note"] and "what the model wanted" in g["lists"], f"the grammar panel reads {g}")
+    expect(g["struck"] >= 1, "no forbidden token is struck out at step 1 (stories260K wants prose, the grammar JSON)")
+    browser.evaluate("document.getElementById('grammar-panel').scrollIntoView()")
+    browser.screenshot(os.path.join(work, "report-grammar.png"))
 finally:
     browser.close()
 
@@ -365,4 +384,4 @@ print(f"report size: {size} bytes")
 if failures:
     print(f"{len(failures)} problem(s)")
     sys.exit(1)
-print("the report works in Chromium: token click, step scrubber, layer selector, comparison")
+print("the report works in Chromium: token click, step scrubber, layer selector, comparison, grammar mask")

@@ -30,7 +30,7 @@ if [ ! -f "$venv/.complete" ]; then
   /usr/bin/python3 -m venv "$venv"
   # --no-deps: requirements.txt is the complete environment, so pip resolves nothing by itself.
   "$venv/bin/python" -m pip install --no-input --quiet --no-deps --requirement "$lock"
-  "$venv/bin/python" -c 'import torch, transformers, tokenizers, gguf, jinja2, numpy, openai' || {
+  "$venv/bin/python" -c 'import torch, transformers, tokenizers, gguf, jinja2, numpy, openai, jsonschema' || {
     echo "make-venv: $venv does not import its packages; see the errors above" >&2; exit 1; }
   echo "built $(date -u +%FT%TZ) in $(( $(date +%s) - start )) s from $lock" > "$venv/.complete"
   echo "make-venv: done in $(( $(date +%s) - start )) s"

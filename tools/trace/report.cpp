@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -82,6 +83,7 @@ class ReportBuilder {
     d["attention"] = attention();
     d["stats"] = stats();
     if (opt_.comparison) d["compare"] = comparison(*opt_.comparison);
+    if (m_.tensor_parallel) d["tensor_parallel"] = tensor_parallel();
     json vocab = json::object();
     for (int32_t id : ids_) vocab[std::to_string(id)] = dump_.piece(id);
     d["vocab"] = vocab;
@@ -92,6 +94,24 @@ class ReportBuilder {
   int32_t use(int32_t id) {
     ids_.insert(id);
     return id;
+  }
+
+  // A dump of one rank of a tensor-parallel group: which heads, KV heads, FFN columns and
+  // vocabulary rows each rank held — this dump's, and on rank 0 the other ranks' dumps in
+  // DIR/rank<r>/ (where `journey trace --tensor-parallel N` writes them).
+  json tensor_parallel() {
+    const ManifestTensorParallel& tp = *m_.tensor_parallel;
+    json ranks = json::array();
+    for (int r = 0; r < tp.world_size; ++r) {
+      const std::filesystem::path other = dump_.dir() / ("rank" + std::to_string(r)) / "manifest.json";
+      if (r == tp.rank) {
+        ranks.push_back({{"rank", r}, {"dump", "this one"}, {"shard", tp.shard}});
+      } else if (tp.rank == 0 && std::filesystem::exists(other)) {
+        const Manifest theirs = read_manifest(other);
+        if (theirs.tensor_parallel) ranks.push_back({{"rank", r}, {"dump", "rank" + std::to_string(r) + "/"}, {"shard", theirs.tensor_parallel->shard}});
+      }
+    }
+    return {{"rank", tp.rank}, {"world_size", tp.world_size}, {"ranks", ranks}};
   }
 
   // Every position of the run: [id, generated (0/1), the step that fed it (-1: never fed, the
@@ -126,6 +146,7 @@ class ReportBuilder {
         step["sampled"] = {{"id", use(s->sampled->id)}, {"prob", round_sig(s->sampled->prob)}, {"top", top}};
       }
       step["pipeline"] = pipeline(*s);
+      if (json g = grammar_view(*s); !g.is_null()) step["grammar"] = std::move(g);
       if (const ManifestTensor* blocks = dump_.entry("kv_blocks", -1, s->step)) {
         const auto& table = dump_.array(*blocks).i32;
         const int64_t slots = s->positions.empty() ? 0 : s->positions.back() + 1;
@@ -174,6 +195,35 @@ class ReportBuilder {
     json ids = json::array();
     for (int32_t id : tokens) ids.push_back(use(id));
     return {{"tokens", ids}, {"stages", out}};
+  }
+
+  // Structured output at one step (Stage::grammar_mask, a bitmask in i32 words): how many ids the
+  // grammar allowed, the raw logits' top tokens with whether each was allowed (what the model
+  // wanted), and the top allowed tokens by logit (what the grammar let it choose from).
+  json grammar_view(const ManifestStep& s) {
+    const ManifestTensor* m = dump_.entry("grammar_mask", -1, s.step);
+    if (!m) return nullptr;
+    const auto& words = dump_.array(*m).i32;
+    auto allowed = [&](int64_t id) { return id >= 0 && size_t(id / 32) < words.size() && ((uint32_t(words[size_t(id / 32)]) >> (id % 32)) & 1u); };
+    int64_t count = 0;
+    for (int32_t w : words) count += __builtin_popcount(uint32_t(w));
+    json out = {{"allowed", count}, {"vocab", int64_t(words.size()) * 32}};
+    const ManifestTensor* t = dump_.entry("logits", -1, s.step);
+    if (!t || t->shape.empty()) return out;
+    const auto& a = dump_.array(*t).f32;
+    const int64_t V = t->shape.back();
+    out["vocab"] = V;
+    const float* row = a.data() + a.size() - size_t(V);
+    json wanted = json::array(), permitted = json::array();
+    for (int32_t id : top_ids(row, V, 8)) wanted.push_back({use(id), round_sig(row[id]), allowed(id)});
+    std::vector<float> masked(row, row + V);  // [V] the logits the sampler saw
+    for (int64_t i = 0; i < V; ++i)
+      if (!allowed(i)) masked[size_t(i)] = -std::numeric_limits<float>::infinity();
+    for (int32_t id : top_ids(masked.data(), V, 8))
+      if (allowed(id)) permitted.push_back({use(id), round_sig(row[id])});
+    out["wanted"] = wanted;
+    out["permitted"] = permitted;
+    return out;
   }
 
   // The rows of a per-step tensor [T, ...] belong to the step's positions; a tensor of one row in a

@@ -64,6 +64,7 @@ details>summary{cursor:pointer}
 <h1 id="title">journey</h1>
 <div class="muted" id="meta"></div>
 <div id="answer"></div>
+<div id="tp"></div>
 <details><summary class="muted">how this run was made</summary><pre id="command"></pre><div id="template"></div></details>
 </header>
 <div id="verdict" hidden></div>
@@ -90,6 +91,8 @@ details>summary{cursor:pointer}
    <div class="muted">final RMSNorm + LM head applied to the residual stream after every layer (the <code>logit_lens</code> stages); the last row is the model's real output. Outlined: the token that actually came next.</div>
    <table id="lens"></table></div>
   <div class="panel"><h2>Sampling: from logits to the token drawn</h2><div class="muted" id="pipeline-note"></div><div id="pipeline"></div></div>
+  <div class="panel" id="grammar-panel" hidden><h2>Grammar mask: what the model wanted, what the grammar allowed</h2>
+   <div class="muted" id="grammar-note"></div><svg id="grammar-chart" width="100%" height="48"></svg><div id="grammar"></div></div>
   <div class="panel"><h2>KV cache: blocks at this step</h2><div class="muted" id="kv-note"></div><div id="kv"></div></div>
  </div>
 </main>
@@ -139,6 +142,17 @@ $('meta').innerHTML = 'model <code>' + esc(D.model.path) + '</code> (' + esc(D.m
 if (settings.generated_text !== undefined)
   $('answer').innerHTML = '<span class="muted">answer:</span> <b>' + esc(D.prompt) + '</b>' + esc(settings.generated_text);
 $('command').textContent = D.command;
+if (D.tensor_parallel) {  // journey trace --tensor-parallel N: how each layer's work was split
+  const tp = D.tensor_parallel, range = a => a ? a[0] + '–' + (a[1] - 1) : '?';
+  $('tp').innerHTML = '<span class="muted">tensor parallel: this dump is rank ' + tp.rank + ' of ' + tp.world_size +
+    '. Its q, k, v, attention and attn_context hold only its heads, gate, up and act only its FFN columns; attn_out and ' +
+    'ffn_out are the all-reduced sums (the two all-reduces of every layer, after o_proj and after down_proj), the same on ' +
+    'every rank' + (tp.rank === 0 ? '; logits are gathered from every rank\'s vocabulary rows' : '; logits are its vocabulary rows only') +
+    '.</span><table class="tp"><tr><th>rank</th><th>dump</th><th>heads</th><th>KV heads</th><th>FFN columns</th><th>vocabulary</th></tr>' +
+    tp.ranks.map(r => '<tr><td>' + r.rank + '</td><td>' + esc(r.dump) + '</td><td>' + range(r.shard.heads) + '</td><td>' +
+      range(r.shard.kv_heads) + (r.shard.kv_heads_shared ? ' (shared)' : '') + '</td><td>' + range(r.shard.ffn_columns) +
+      '</td><td>' + range(r.shard.vocabulary) + '</td></tr>').join('') + '</table>';
+}
 $('template').innerHTML = D.template_text ? '<div class="muted">the chat template rendered the prompt as:</div><pre>' + esc(D.template_text) + '</pre>'
   : '<div class="muted">no chat template: the prompt as written, with BOS added by the tokenizer</div>';
 
@@ -343,6 +357,26 @@ function drawPipeline() {
   $('pipeline').innerHTML = h;
   drawn.pipelineStages = pl.stages.length;
 }
+// Structured output (the grammar_mask stage): ids allowed at every step, and at the selected step
+// the raw logits' top tokens (struck out: forbidden) next to the top tokens the grammar allowed.
+function drawGrammar() {
+  const withMask = steps.filter(s => s.grammar);
+  $('grammar-panel').hidden = withMask.length === 0;
+  if (!withMask.length) return;
+  const V = withMask[0].grammar.vocab, w = Math.max(1, 100 / steps.length);
+  $('grammar-chart').innerHTML = steps.map((s, i) => { if (!s.grammar) return '';
+    const h = 46 * Math.log(1 + s.grammar.allowed) / Math.log(1 + V);
+    return '<rect x="' + (i * w) + '%" y="' + (47 - h) + '" width="' + (w * 0.8) + '%" height="' + h + '" fill="' + (i === S.step ? '#c33' : '#69c') + '"><title>step ' + s.step + ': ' + s.grammar.allowed + ' of ' + V + ' ids allowed</title></rect>'; }).join('');
+  const st = steps[S.step];
+  if (!st.grammar) { $('grammar-note').textContent = 'ids allowed per step (log scale, of ' + V + '); step ' + st.step + ' has no mask (nothing drawn).'; $('grammar').innerHTML = ''; return; }
+  const g = st.grammar;
+  $('grammar-note').textContent = 'ids allowed per step (log scale, of ' + V + '). Step ' + st.step + ': ' + g.allowed + ' of ' + V + ' ids allowed; every other logit became -inf before the sampler.';
+  const list = (title, rows, kind) => '<div class="stage"><h3>' + title + '</h3><div class="kind">' + kind + '</div>' + rows.map(x =>
+    '<div class="row' + (x[2] === false ? ' cut' : '') + (st.sampled && x[0] === st.sampled.id ? ' pick' : '') + '"><span>' + esc(shown(piece(x[0]))) + '</span><span>' + fmt(x[1]) + '</span></div>').join('') + '</div>';
+  $('grammar').innerHTML = g.wanted ? '<div style="display:flex;gap:6px;overflow-x:auto">' + list('what the model wanted', g.wanted, 'raw logits; struck out: forbidden') +
+    '<div class="arrow">→</div>' + list('what the grammar allowed', g.permitted, 'top allowed ids by logit') + '</div>' : '';
+  drawn.grammarSteps = withMask.length;
+}
 function drawKV() {
   const st = steps[S.step];
   if (!st.kv) { $('kv-note').textContent = 'no kv_blocks stage in this dump'; $('kv').innerHTML = ''; drawn.kvBlocks = 0; return; }
@@ -510,7 +544,7 @@ function render() {
   const inStep = new Set(st.positions);
   tokEls.forEach((el, p) => { el.classList.toggle('sel', p === S.sel); el.classList.toggle('instep', inStep.has(p)); });
   if (tokEls[S.sel]) tokEls[S.sel].scrollIntoView({block: 'nearest', inline: 'nearest'});
-  drawDiagram(); drawCard(); drawNext(); drawLens(); drawPipeline(); drawKV(); drawAttention(); drawLensGrid(); drawStats();
+  drawDiagram(); drawCard(); drawNext(); drawLens(); drawPipeline(); drawGrammar(); drawKV(); drawAttention(); drawLensGrid(); drawStats();
   window.journeyReport.selected = S.sel; window.journeyReport.step = steps[S.step].step;
   window.journeyReport.layer = S.layer; window.journeyReport.head = S.head;
   window.journeyReport.renders += 1;

@@ -1,0 +1,113 @@
+// Benchmark, not a test (no ctest entry): the cost of one row x one token of each integer dot
+// product of a block type, in CPU time of this thread (clock_gettime(CLOCK_THREAD_CPUTIME_ID)), so
+// the figures hold while other jobs share the machine. Everything sits in L1/L2: this measures the
+// instructions, not the memory (journey bench and bench_engine_batch measure whole steps).
+//
+//   dot_row     the fused decode dot (1 token; blocks widened in registers)
+//   dot         an unpacked row against one token (batched decode before dot_tokens)
+//   dot_tokens  4 unpacked rows against 16 tokens in register lanes (batched decode)
+//   unpack_row  one stored row to the unpacked form (once per row per batched step)
+//
+// usage: bench_block_dots [--in 2048] [--tokens 16]
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "cpu/kernels.h"
+#include "cpu/typed_linear.h"
+#include "quant/quantize.h"
+
+using namespace journey;
+
+namespace {
+
+double thread_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+// Best of 5 rounds of `repeat` calls, seconds per call.
+template <typename F>
+double time_call(F&& f, int repeat) {
+  double best = 1e30;
+  for (int round = 0; round < 5; ++round) {
+    const double t0 = thread_seconds();
+    for (int i = 0; i < repeat; ++i) f();
+    best = std::min(best, (thread_seconds() - t0) / repeat);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t in = 2048, tokens = 16;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--in")) in = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoll(argv[i + 1]);
+    else return std::fprintf(stderr, "usage: %s [--in 2048] [--tokens 16]\n", argv[0]), 2;
+  }
+  if (in <= 0 || in % 256 != 0 || tokens < 1 || tokens > cpu::kernels::kLaneTokens)
+    return std::fprintf(stderr, "--in must be a positive multiple of 256, --tokens 1..16\n"), 2;
+  const cpu::kernels::Isa isa = cpu::kernels::best_isa();
+  const cpu::kernels::KernelTable& k = cpu::kernels::table(isa);
+  constexpr int R = cpu::kernels::kTokenRows;
+  const int64_t groups = in / cpu::kernels::kGroup;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> w(size_t(R * in)), x(size_t(tokens * in));  // [R, in], [tokens, in]
+  for (float& v : w) v = normal(rng);
+  for (float& v : x) v = normal(rng);
+  std::printf("isa %s, in %lld, %lld tokens; ns of this thread's CPU time per row x token (2 x in operations)\n",
+              std::string(cpu::kernels::isa_name(isa)).c_str(), (long long)in, (long long)tokens);
+  std::printf("%-6s %10s %10s %12s %12s\n", "type", "dot_row", "dot", "dot_tokens", "unpack/row");
+  float sink = 0;
+  for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const int64_t row_bytes = dtype_bytes_for(type, in);
+    std::vector<uint8_t> stored(size_t(R * row_bytes));  // [R rows as stored]
+    for (int r = 0; r < R; ++r) quant::quantize(type, w.data() + r * in, stored.data() + r * row_bytes, in);
+    cpu::QuantizedInput qx;
+    qx.quantize(x.data(), tokens, in, dtype_block_size(type) == 256 ? 256 : 32);
+    qx.lay_out_token_lanes(tokens);
+    std::vector<uint8_t> q(size_t(R * in));                               // [R, in] unpacked
+    std::vector<float> s(size_t(R * groups)), o(size_t(R * groups));      // [R, in / 16]
+    for (int r = 0; r < R; ++r)
+      k.unpack_row(type, stored.data() + r * row_bytes, in, q.data() + r * in, s.data() + r * groups, o.data() + r * groups);
+    const int zero = cpu::kernels::unpacked_zero(type);
+    const bool has_offset = cpu::kernels::unpacked_has_offset(type);
+    const cpu::kernels::QuantizedActivations x0{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
+    const int repeat = int(std::max<int64_t>(1, 4000000 / in));
+    double fused = -1, tiled = -1;
+    if (k.dot_row && cpu::kernels::has_fused_dot(type))
+      fused = time_call([&] { for (int r = 0; r < R; ++r) sink += k.dot_row(type, stored.data() + r * row_bytes, x0, in); }, repeat) / R;
+    const double plain = time_call([&] {
+      for (int r = 0; r < R; ++r)
+        for (int64_t t = 0; t < tokens; ++t) {
+          const cpu::kernels::QuantizedActivations xt{qx.q.data() + t * in, qx.dx.data() + t * groups,
+                                                      qx.gsum.data() + t * groups, qx.xs.data() + t * groups};
+          sink += k.dot(q.data() + r * in, s.data() + r * groups, o.data() + r * groups, zero, has_offset, xt, in);
+        }
+    }, repeat / int(tokens) + 1) / double(R * tokens);
+    if (k.dot_tokens) {
+      float out[R * cpu::kernels::kLaneTokens];
+      tiled = time_call([&] {
+        k.dot_tokens(q.data(), s.data(), o.data(), R, zero, has_offset, qx.token_lanes(), in, out);
+        sink += out[0];
+      }, repeat / int(tokens) + 1) / double(R * tokens);
+    }
+    const double unpack = time_call([&] {
+      for (int r = 0; r < R; ++r)
+        k.unpack_row(type, stored.data() + r * row_bytes, in, q.data() + r * in, s.data() + r * groups, o.data() + r * groups);
+    }, repeat) / R;
+    auto cell = [](double seconds) { return seconds < 0 ? std::string("-") : std::to_string(seconds * 1e9).substr(0, 6); };
+    std::printf("%-6s %10s %10s %12s %12s\n", std::string(dtype_name(type)).c_str(), cell(fused).c_str(),
+                cell(plain).c_str(), cell(tiled).c_str(), cell(unpack).c_str());
+  }
+  std::printf("(checksum %g)\n", double(sink));
+}
