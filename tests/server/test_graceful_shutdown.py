@@ -252,6 +252,13 @@ class GracefulShutdown(unittest.TestCase):
         with self.serve() as server:
             self.assertEqual(server.post_json("/v1/completions", {"model": MODEL, "prompt": "Hi", "max_tokens": 3})
                              ["usage"]["completion_tokens"], 3)
+            # The client holds the whole answer a moment before the server's handler has ended
+            # (its request log line, then its drain ticket): wait for the line, so the signal
+            # finds the server idle rather than in that moment (seen once under CI load).
+            deadline = time.monotonic() + 10
+            while "POST /v1/completions 200" not in server.log_text() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(0.2)
             signalled = time.monotonic()
             server.process.send_signal(signal.SIGTERM)
             code = wait_exit(server, 10)
