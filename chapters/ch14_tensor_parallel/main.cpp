@@ -85,7 +85,7 @@ class LoggingCommunicator final : public Communicator {
   }
   void gather_columns(float* out, const float* mine, int64_t rows, int64_t cols) override {
     if (logging) log_.push_back(cat("      >>> gather: ", rows, " x ", cols, " logits of each rank to rank 0"));
-    logging = false;  // the step's last collective
+    logging = false;  // the step's last collective (a follower records no logits after it)
     inner_.gather_columns(out, mine, rows, cols);
   }
   void broadcast(void* bytes, int64_t n) override { inner_.broadcast(bytes, n); }
@@ -121,7 +121,7 @@ class StageLog final : public TraceSink {
       norm = text;
     }
     log_.push_back(cat("      ", layer >= 0 ? "L0." : "", stage_name(stage), " [", shape, "]", norm));
-    if (stage == Stage::layer_out) comm_.logging = false;  // until the next wants()
+    if (stage == Stage::layer_out || stage == Stage::logits) comm_.logging = false;  // until the next wants()
   }
 
  private:

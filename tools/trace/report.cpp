@@ -146,11 +146,9 @@ class ReportBuilder {
     };
     json stages = json::array(), per_step = json::array();
     bool any = false;
-    for (const auto& k : kKinds) {
-      const std::string covers = m_.tensor_parallel->partials.value(k.partial, "");
+    for (const auto& k : kKinds)
       stages.push_back({{"partial", k.partial}, {"whole", k.whole}, {"combine", k.summed ? "sum" : "gather"},
-                        {"covers", covers}});
-    }
+                        {"covers", covered_by(k.partial)}});
     for (const ManifestStep* s : steps_) {
       json rows = json::array();
       for (size_t ki = 0; ki < std::size(kKinds); ++ki) {
@@ -184,10 +182,17 @@ class ReportBuilder {
     return {{"ranks", ranks}, {"stages", stages}, {"steps", per_step}};
   }
 
+  // The key of the shard whose range a partial stage covers ("heads"), from the manifest; "" when
+  // the manifest does not say (a dump written before the partial stages).
+  std::string covered_by(const std::string& partial) const {
+    const json& p = m_.tensor_parallel->partials;
+    return p.is_object() && p.contains(partial) && p[partial].is_string() ? p[partial].get<std::string>() : "";
+  }
+
   // max |whole - shares combined|, or a string saying why the shapes cannot be lined up.
   json combine_error(const NpyArray& whole, const std::vector<const NpyArray*>& shares,
                      const std::vector<RankDump>& dumps, bool summed, const std::string& partial) {
-    const std::string covers = m_.tensor_parallel->partials.value(partial, "");
+    const std::string covers = covered_by(partial);
     if (summed) {
       for (const NpyArray* a : shares)
         if (a->shape != whole.shape) return "shapes differ";
@@ -205,7 +210,8 @@ class ReportBuilder {
     double max_error = 0;
     for (size_t r = 0; r < shares.size(); ++r) {
       const json& shard = dumps[r].tp.shard;
-      if (covers.empty() || !shard.contains(covers)) return "no range for " + partial;
+      if (covers.empty() || !shard.contains(covers) || !shard[covers].is_array() || shard[covers].empty())
+        return "no range for " + partial;
       const int64_t begin = shard[covers][0].get<int64_t>();
       const NpyArray& a = *shares[r];
       if (a.shape.size() != 2 || a.shape[0] != rows || begin < 0 || begin + a.shape[1] > V) return "shapes differ";
