@@ -193,6 +193,9 @@ class ReportBuilder {
   json combine_error(const NpyArray& whole, const std::vector<const NpyArray*>& shares,
                      const std::vector<RankDump>& dumps, bool summed, const std::string& partial) {
     const std::string covers = covered_by(partial);
+    if (whole.dtype != NpyDType::F32) return "not f32";
+    for (const NpyArray* a : shares)
+      if (a->dtype != NpyDType::F32) return "not f32";
     if (summed) {
       for (const NpyArray* a : shares)
         if (a->shape != whole.shape) return "shapes differ";
@@ -210,7 +213,8 @@ class ReportBuilder {
     double max_error = 0;
     for (size_t r = 0; r < shares.size(); ++r) {
       const json& shard = dumps[r].tp.shard;
-      if (covers.empty() || !shard.contains(covers) || !shard[covers].is_array() || shard[covers].empty())
+      if (covers.empty() || !shard.contains(covers) || !shard[covers].is_array() || shard[covers].empty() ||
+          !shard[covers][0].is_number_integer())
         return "no range for " + partial;
       const int64_t begin = shard[covers][0].get<int64_t>();
       const NpyArray& a = *shares[r];

@@ -549,7 +549,7 @@ function drawPartials() {
   const complete = p.ranks.length === tp.world_size;
   let h = '<span class="muted">‖·‖: the Frobenius norm of each rank\'s share (its stage <code>*_partial</code>, recorded before the all-reduce or ' +
     'the gather) and of the combined stage; check: max |combined − the shares summed (attn_out, ffn_out) or put side by side (logits)|, ' +
-    'which only the f32 sum order may make non-zero' + (complete ? '' : ' (needs every rank\'s dump: open rank 0\'s report with DIR/rank&lt;r&gt;/ beside it)') +
+    'at most a few f32 roundings (the report adds the shares in double, the all-reduce in f32)' + (complete ? '' : ' (needs every rank\'s dump: open rank 0\'s report with DIR/rank&lt;r&gt;/ beside it)') +
     '. Step ' + steps[S.step].step + '; the selected layer is outlined.</span><table class="tp"><tr><th>stage</th><th>layer</th>' +
     p.ranks.map(r => '<th>rank ' + r + ' share</th>').join('') + '<th>combined</th><th>check</th></tr>';
   for (const [si, layer, norms, whole, check] of rows) {
