@@ -11,7 +11,11 @@
   - bench: the all-reduce count and bytes the group reports equal what the model implies (2 per
     layer per forward step, 2 x layers x hidden x 4 bytes per token);
   - trace: each rank's dump names its part; a rank's q is its heads of the single-process q, the
-    all-reduced ffn_out is the whole on both ranks; journey-trace report shows the split;
+    all-reduced ffn_out is the whole on both ranks; each rank's attn_out_partial / ffn_out_partial
+    (recorded before the all-reduce) sum over the ranks to the all-reduced stage, differ from it, and
+    equal the share NumPy computes from the single-process run and the stored weights (2 and 4
+    ranks); the logits_partial slices side by side are the gathered logits; journey-trace report
+    shows the split and every layer's partials with the NumPy norms;
   - serve: an OpenAI completion from a 2-rank server equals the single-process server's, and the
     group stops cleanly on SIGTERM.
 
@@ -183,7 +187,15 @@ def test_trace(journey, trace_tool):
             check(all(x.shape == whole.shape for x in sums) and np.array_equal(sums[0], sums[1]) and
                   np.allclose(sums[0], whole, rtol=1e-4, atol=1e-5),
                   f"trace: L{layer}.ffn_out is the all-reduced whole {list(whole.shape)}, the same on both ranks")
-        check_partials(dirs, manifests, single, stage)
+        check_partials(dirs, manifests, single, stage, "trace --tensor-parallel 2")
+        # 4 ranks: 2 heads and 43 FFN columns each; the all-reduce now adds 4 shares (another sum order)
+        four = run([RUN_MPI, "4", journey] + args + ["--out", os.path.join(work, "four"), "--tensor-parallel", "4"])
+        if four.returncode != 0:
+            check(False, "trace --tensor-parallel 4 runs", four.stderr[-1500:])
+        else:
+            dirs4 = [os.path.join(work, "four")] + [os.path.join(work, "four", f"rank{r}") for r in (1, 2, 3)]
+            check_partials(dirs4, [json.load(open(os.path.join(d, "manifest.json"))) for d in dirs4], single, stage,
+                           "trace --tensor-parallel 4")
         for d in dirs:
             out = os.path.join(d, "report.html")
             report = run([trace_tool, "report", d, "--out", out])
@@ -223,7 +235,7 @@ def load_o_proj_and_down(model="data/stories260K"):
             for l in range(layers)]
 
 
-def check_partials(dirs, manifests, single, stage):
+def check_partials(dirs, manifests, single, stage, label):
     """Every rank's attn_out_partial / ffn_out_partial (before the all-reduce) against NumPy:
     their sum over ranks is rank 0's all-reduced attn_out / ffn_out; each differs from that sum (so
     it was recorded before the all-reduce); each is the share its heads / FFN columns make, computed
@@ -233,12 +245,13 @@ def check_partials(dirs, manifests, single, stage):
     expected_partials = {"attn_out_partial": "heads", "ffn_out_partial": "ffn_columns", "logits_partial": "vocabulary"}
     found = [m.get("tensor_parallel", {}).get("partials") for m in manifests]
     check(all(p == expected_partials for p in found),
-          "trace: each rank's manifest names the shard range every partial stage covers", str(found))
+          f"{label}: each rank's manifest names the shard range every partial stage covers", str(found))
     one = json.load(open(os.path.join(single, "manifest.json")))
     check(not any(t["stage"].endswith("_partial") for t in one["tensors"]),
           "trace without --tensor-parallel records no partial stages")
-    rank1_logits = [t for t in manifests[1]["tensors"] if t["stage"] == "logits"]
-    check(not rank1_logits, "trace: rank 1 records no whole logits (it holds only logits_partial, its slice)")
+    follower_logits = [t["name"] for m in manifests[1:] for t in m["tensors"] if t["stage"] == "logits"]
+    check(not follower_logits, f"{label}: ranks 1.. record no whole logits (each holds only logits_partial, its slice)",
+          str(follower_logits))
     weights = load_o_proj_and_down()
     head_dim = weights[0][0].shape[1] // one["model"]["config"]["num_attention_heads"]
     steps = [s["step"] for s in manifests[0]["steps"]]
@@ -254,7 +267,7 @@ def check_partials(dirs, manifests, single, stage):
                 whole = stage(dirs[0], f"L{layer}.{whole_name}", step)
                 name = f"step {step} L{layer}.{partial}"
                 if any(p.shape != whole.shape for p in parts):
-                    check(False, f"trace: {name} has the shape of {whole_name} {list(whole.shape)}",
+                    check(False, f"{label}: {name} has the shape of {whole_name} {list(whole.shape)}",
                           str([list(p.shape) for p in parts]))
                     continue
                 error = max_relative(np.sum(np.stack(parts).astype(np.float64), axis=0), whole)
@@ -273,16 +286,16 @@ def check_partials(dirs, manifests, single, stage):
         logits = stage(dirs[0], "logits", step)
         slices = [stage(d, "logits_partial", step) for d in dirs]
         check(np.array_equal(np.concatenate(slices, axis=1), logits),
-              f"trace step {step}: the logits_partial slices side by side are rank 0's gathered logits {list(logits.shape)}",
+              f"{label} step {step}: the logits_partial slices side by side are rank 0's gathered logits {list(logits.shape)}",
               str([list(x.shape) for x in slices]))
     check(worst["sum"] <= SUM_TOLERANCE,
-          f"trace: sum over ranks of attn_out_partial / ffn_out_partial = the all-reduced attn_out / ffn_out, every "
+          f"{label}: sum over ranks of attn_out_partial / ffn_out_partial = the all-reduced attn_out / ffn_out, every "
           f"layer and step (max |diff| / max |whole| = {worst['sum']:.2e} at {where.get('sum')}; tolerance {SUM_TOLERANCE})")
     check(worst["differs"] >= DIFFERS_AT_LEAST,
-          f"trace: every partial differs from the all-reduced whole (min max|partial - whole| / max|whole| = "
+          f"{label}: every partial differs from the all-reduced whole (min max|partial - whole| / max|whole| = "
           f"{worst['differs']:.3f} at {where.get('differs')}; at least {DIFFERS_AT_LEAST}): recorded before the all-reduce")
     check(worst["share"] <= SHARE_TOLERANCE,
-          f"trace: each rank's partial is its heads' / FFN columns' share recomputed in NumPy from the single-process "
+          f"{label}: each rank's partial is its heads' / FFN columns' share recomputed in NumPy from the single-process "
           f"attn_context / act and the stored o_proj / down_proj (max |diff| / max |whole| = {worst['share']:.2e} at "
           f"{where.get('share')}; tolerance {SHARE_TOLERANCE})")
 
