@@ -6,7 +6,7 @@
 // then starts itself under `mpirun -np 2` (the same library calls `journey generate
 // --tensor-parallel 2` makes: a cpu backend per rank holding its shard, rank 0 driving the
 // group through parallel/tensor_parallel.h), shows where in layer 0's stages the two all-reduces
-// fall, and checks that the two runs chose the same tokens with the same logits up to the order of
+// fall (each rank's partial sum recorded just before each, its norm beside it), and checks that the two runs chose the same tokens with the same logits up to the order of
 // the sums. Exit 77 (skipped) when mpirun is missing.
 #include <unistd.h>
 
@@ -85,6 +85,7 @@ class LoggingCommunicator final : public Communicator {
   }
   void gather_columns(float* out, const float* mine, int64_t rows, int64_t cols) override {
     if (logging) log_.push_back(cat("      >>> gather: ", rows, " x ", cols, " logits of each rank to rank 0"));
+    logging = false;  // the step's last collective (a follower records no logits after it)
     inner_.gather_columns(out, mine, rows, cols);
   }
   void broadcast(void* bytes, int64_t n) override { inner_.broadcast(bytes, n); }
@@ -96,19 +97,30 @@ class LoggingCommunicator final : public Communicator {
   std::vector<std::string>& log_;
 };
 
-// Records the names and shapes of layer 0's stages (and the logits) into the same log.
+// Records the names and shapes of layer 0's stages (and the logits) into the same log; beside each
+// rank's share of a sum (attn_out_partial, ffn_out_partial) and the all-reduced sum, its norm.
 class StageLog final : public TraceSink {
  public:
   StageLog(std::vector<std::string>& log, LoggingCommunicator& comm) : log_(log), comm_(comm) {}
   bool wants(Stage stage, int layer) const override {
-    const bool in_view = layer == 0 || stage == Stage::logits;
+    const bool in_view = layer == 0 || stage == Stage::logits_partial || stage == Stage::logits;
     comm_.logging = in_view || layer == -1;  // collectives of layer 0 and the LM head only
     return in_view;
   }
   void record(Stage stage, int layer, const TraceTensor& t) override {
     std::string shape;
     for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(t.shape[i]);
-    log_.push_back(cat("      ", layer >= 0 ? "L0." : "", stage_name(stage), " [", shape, "]"));
+    std::string norm;
+    if (stage == Stage::attn_out_partial || stage == Stage::attn_out || stage == Stage::ffn_out_partial ||
+        stage == Stage::ffn_out) {
+      double sum = 0;
+      for (float v : t.data) sum += double(v) * double(v);
+      char text[48];
+      std::snprintf(text, sizeof text, "   |x| = %.4f%s", std::sqrt(sum),
+                    stage == Stage::attn_out_partial || stage == Stage::ffn_out_partial ? "  (this rank's share)" : "");
+      norm = text;
+    }
+    log_.push_back(cat("      ", layer >= 0 ? "L0." : "", stage_name(stage), " [", shape, "]", norm));
     if (stage == Stage::layer_out || stage == Stage::logits) comm_.logging = false;  // until the next wants()
   }
 

@@ -120,6 +120,10 @@ ManifestTensorParallel manifest_tensor_parallel(const ModelConfig& config, int r
              {"ffn_columns", range(s.ffn_begin, s.ffn_columns)},
              {"vocabulary", range(s.vocab_begin, s.vocab_rows)},
              {"kv_heads_shared", s.kv_replicated}};
+  // what each rank's partial stage covers (the cpu backend records them before combining them)
+  m.partials = {{std::string(stage_name(Stage::attn_out_partial)), "heads"},
+                {std::string(stage_name(Stage::ffn_out_partial)), "ffn_columns"},
+                {std::string(stage_name(Stage::logits_partial)), "vocabulary"}};
   return m;
 }
 

@@ -453,7 +453,10 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     // output projection, then the residual connection
     ops_.linear(attn_out.data(), context.data(), lw.wo.view, nullptr, N, H * D, E, threads_);
     // tensor parallelism: each rank's product covers its heads only; the sum over ranks is the whole
-    if (communicator_) communicator_->all_reduce_sum(attn_out.data(), N * E);
+    if (communicator_) {
+      JOURNEY_TRACE(sink, Stage::attn_out_partial, il, trace_view(attn_out, {N, E}));
+      communicator_->all_reduce_sum(attn_out.data(), N * E);
+    }
     JOURNEY_TRACE(sink, Stage::attn_out, il, trace_view(attn_out, {N, E}));
     ops_.residual_add(x.data(), x.data(), attn_out.data(), N * E);
     JOURNEY_TRACE(sink, Stage::resid_attn, il, trace_view(x, {N, E}));
@@ -472,7 +475,10 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     JOURNEY_TRACE(sink, Stage::act, il, trace_view(act, {N, F}));
     ops_.linear(ffn_out.data(), act.data(), lw.w_down.view, nullptr, N, F, E, threads_);
     // tensor parallelism: each rank's product covers its FFN columns only; the sum over ranks is the whole
-    if (communicator_) communicator_->all_reduce_sum(ffn_out.data(), N * E);
+    if (communicator_) {
+      JOURNEY_TRACE(sink, Stage::ffn_out_partial, il, trace_view(ffn_out, {N, E}));
+      communicator_->all_reduce_sum(ffn_out.data(), N * E);
+    }
     JOURNEY_TRACE(sink, Stage::ffn_out, il, trace_view(ffn_out, {N, E}));
 
     // residual connection
@@ -504,10 +510,12 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     return out;
   }
   // tensor parallelism: this rank's vocabulary slice, gathered side by side into [R, V] on rank 0;
-  // the other ranks return (and trace) their slice [R, Vs].
+  // the other ranks return their slice [R, Vs]. Every rank traces its slice; only rank 0 holds
+  // (and traces) the whole logits.
   const int64_t Vs = shard_.vocab_rows;
   HugePageFloats slice(size_t(R * Vs));  // [R, Vs]
   ops_.linear(slice.data(), head_in.data(), lm_head_, nullptr, R, E, Vs, threads_);
+  JOURNEY_TRACE(sink, Stage::logits_partial, -1, trace_view(slice, {R, Vs}));
   if (communicator_->rank() == 0) {
     out.logits.resize(size_t(R * V));  // [R, V]
     communicator_->gather_columns(out.logits.data(), slice.data(), R, Vs);
@@ -516,7 +524,6 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     communicator_->gather_columns(nullptr, slice.data(), R, Vs);
     out.vocab_size = Vs;
     out.logits.assign(slice.begin(), slice.end());
-    JOURNEY_TRACE(sink, Stage::logits, -1, trace_view(out.logits, {R, Vs}));
   }
   return out;
 }

@@ -191,7 +191,8 @@ json manifest_to_json(const Manifest& m) {
   if (m.tensor_parallel)
     out["tensor_parallel"] = {{"rank", m.tensor_parallel->rank},
                               {"world_size", m.tensor_parallel->world_size},
-                              {"shard", m.tensor_parallel->shard}};
+                              {"shard", m.tensor_parallel->shard},
+                              {"partials", m.tensor_parallel->partials}};
   return out;
 }
 
@@ -224,6 +225,7 @@ Manifest manifest_from_json(const json& j, const std::string& where) {
     if (p.world_size < 1 || p.rank < 0 || p.rank >= p.world_size)
       fail(where, ": tensor_parallel.rank ", p.rank, " is outside a group of world_size ", p.world_size);
     if (tp.contains("shard")) p.shard = tp.at("shard");
+    if (tp.contains("partials")) p.partials = tp.at("partials");  // optional: dumps before the partial stages lack it
     m.tensor_parallel = p;
   }
   m.prompt = field_or<std::string>(j, "prompt", "", where, "the manifest");

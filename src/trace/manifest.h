@@ -80,10 +80,13 @@ struct ManifestModel {
 // the all-reduced attn_out and ffn_out, the gathered logits) and its own heads' and FFN columns'
 // partial stages; rank r's dump (DIR/rank<r>/) the same stages of its part. `shard` says which part:
 // {"heads": [begin, end), "kv_heads": [...], "ffn_columns": [...], "vocabulary": [...]} (end excluded).
+// `partials` names, for each *_partial stage (this rank's share before the all-reduce or gather),
+// the key of `shard` whose range it covers: {"attn_out_partial": "heads", ...}.
 struct ManifestTensorParallel {
   int rank = 0;
   int world_size = 1;
   nlohmann::json shard = nlohmann::json::object();
+  nlohmann::json partials = nlohmann::json::object();
 };
 
 struct Manifest {

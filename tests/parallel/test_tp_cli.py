@@ -11,7 +11,11 @@
   - bench: the all-reduce count and bytes the group reports equal what the model implies (2 per
     layer per forward step, 2 x layers x hidden x 4 bytes per token);
   - trace: each rank's dump names its part; a rank's q is its heads of the single-process q, the
-    all-reduced ffn_out is the whole on both ranks; journey-trace report shows the split;
+    all-reduced ffn_out is the whole on both ranks; each rank's attn_out_partial / ffn_out_partial
+    (recorded before the all-reduce) sum over the ranks to the all-reduced stage, differ from it, and
+    equal the share NumPy computes from the single-process run and the stored weights (2 and 4
+    ranks); the logits_partial slices side by side are the gathered logits; journey-trace report
+    shows the split and every layer's partials with the NumPy norms;
   - serve: an OpenAI completion from a 2-rank server equals the single-process server's, and the
     group stops cleanly on SIGTERM.
 
@@ -183,6 +187,15 @@ def test_trace(journey, trace_tool):
             check(all(x.shape == whole.shape for x in sums) and np.array_equal(sums[0], sums[1]) and
                   np.allclose(sums[0], whole, rtol=1e-4, atol=1e-5),
                   f"trace: L{layer}.ffn_out is the all-reduced whole {list(whole.shape)}, the same on both ranks")
+        check_partials(dirs, manifests, single, stage, "trace --tensor-parallel 2")
+        # 4 ranks: 2 heads and 43 FFN columns each; the all-reduce now adds 4 shares (another sum order)
+        four = run([RUN_MPI, "4", journey] + args + ["--out", os.path.join(work, "four"), "--tensor-parallel", "4"])
+        if four.returncode != 0:
+            check(False, "trace --tensor-parallel 4 runs", four.stderr[-1500:])
+        else:
+            dirs4 = [os.path.join(work, "four")] + [os.path.join(work, "four", f"rank{r}") for r in (1, 2, 3)]
+            check_partials(dirs4, [json.load(open(os.path.join(d, "manifest.json"))) for d in dirs4], single, stage,
+                           "trace --tensor-parallel 4")
         for d in dirs:
             out = os.path.join(d, "report.html")
             report = run([trace_tool, "report", d, "--out", out])
@@ -190,8 +203,133 @@ def test_trace(journey, trace_tool):
             check(report.returncode == 0 and '"tensor_parallel"' in text and "rank1/" in text if d == dirs[0] else
                   report.returncode == 0 and '"tensor_parallel"' in text,
                   f"journey-trace report {os.path.relpath(d, work)}: shows the split", report.stderr[-1500:])
+            if d == dirs[0] and text:
+                check_report_partials(text, dirs, manifests, stage)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+# The partials are sums of f32 products in another order than the all-reduced whole and the
+# single-process run: compared relative to the largest |value| of the whole.
+SUM_TOLERANCE = 1e-5        # sum over ranks of the partials vs the all-reduced stage (f32 sum order only)
+SHARE_TOLERANCE = 1e-4      # a rank's partial vs its share recomputed from the single-process run
+DIFFERS_AT_LEAST = 1e-2     # a partial recorded after the all-reduce would equal the whole
+
+
+def max_relative(a, b, whole=None):
+    """max |a - b| over max |whole| (default: b), in float64."""
+    import numpy as np
+    whole = b if whole is None else whole
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(whole))), 1e-30))
+
+
+def load_o_proj_and_down(model="data/stories260K"):
+    """(o_proj [E, H*D], down_proj [E, F]) as stored in the model's safetensors, per layer, in float64."""
+    import numpy as np
+    from safetensors.numpy import load_file
+    weights = load_file(os.path.join(model, "model.safetensors"))
+    layers = json.load(open(os.path.join(model, "config.json")))["num_hidden_layers"]
+    return [(weights[f"model.layers.{l}.self_attn.o_proj.weight"].astype(np.float64),   # [E, H*D]
+             weights[f"model.layers.{l}.mlp.down_proj.weight"].astype(np.float64))       # [E, F]
+            for l in range(layers)]
+
+
+def check_partials(dirs, manifests, single, stage, label):
+    """Every rank's attn_out_partial / ffn_out_partial (before the all-reduce) against NumPy:
+    their sum over ranks is rank 0's all-reduced attn_out / ffn_out; each differs from that sum (so
+    it was recorded before the all-reduce); each is the share its heads / FFN columns make, computed
+    from the single-process run's attn_context / act and the stored o_proj / down_proj. The
+    logits_partial slices, side by side, are rank 0's gathered logits."""
+    import numpy as np
+    expected_partials = {"attn_out_partial": "heads", "ffn_out_partial": "ffn_columns", "logits_partial": "vocabulary"}
+    found = [m.get("tensor_parallel", {}).get("partials") for m in manifests]
+    check(all(p == expected_partials for p in found),
+          f"{label}: each rank's manifest names the shard range every partial stage covers", str(found))
+    one = json.load(open(os.path.join(single, "manifest.json")))
+    check(not any(t["stage"].endswith("_partial") for t in one["tensors"]),
+          "trace without --tensor-parallel records no partial stages")
+    follower_logits = [t["name"] for m in manifests[1:] for t in m["tensors"] if t["stage"] == "logits"]
+    check(not follower_logits, f"{label}: ranks 1.. record no whole logits (each holds only logits_partial, its slice)",
+          str(follower_logits))
+    weights = load_o_proj_and_down()
+    head_dim = weights[0][0].shape[1] // one["model"]["config"]["num_attention_heads"]
+    steps = [s["step"] for s in manifests[0]["steps"]]
+    shards = [m["tensor_parallel"]["shard"] for m in manifests]
+    worst = {"sum": 0.0, "share": 0.0, "differs": float("inf")}
+    where = {}
+    for step in steps:
+        for layer, (o_proj, down) in enumerate(weights):
+            for partial, whole_name, source, weight, covers in (
+                    ("attn_out_partial", "attn_out", "attn_context", o_proj, "heads"),
+                    ("ffn_out_partial", "ffn_out", "act", down, "ffn_columns")):
+                parts = [stage(d, f"L{layer}.{partial}", step) for d in dirs]
+                whole = stage(dirs[0], f"L{layer}.{whole_name}", step)
+                name = f"step {step} L{layer}.{partial}"
+                if any(p.shape != whole.shape for p in parts):
+                    check(False, f"{label}: {name} has the shape of {whole_name} {list(whole.shape)}",
+                          str([list(p.shape) for p in parts]))
+                    continue
+                error = max_relative(np.sum(np.stack(parts).astype(np.float64), axis=0), whole)
+                if error > worst["sum"]: worst["sum"], where["sum"] = error, name
+                for rank, part in enumerate(parts):
+                    differs = max_relative(part, whole)
+                    if differs < worst["differs"]: worst["differs"], where["differs"] = differs, f"{name} rank {rank}"
+                    # the share rank `rank` makes: its columns of the input times the same columns of the weight
+                    begin, end = shards[rank][covers]
+                    if covers == "heads":  # head h owns columns [h * D, (h + 1) * D) of attn_context and o_proj
+                        begin, end = begin * head_dim, end * head_dim
+                    inputs = stage(single, f"L{layer}.{source}", step).astype(np.float64)  # [T, H*D] or [T, F]
+                    share = inputs[:, begin:end] @ weight[:, begin:end].T                   # [T, E]
+                    error = max_relative(part, share, whole)
+                    if error > worst["share"]: worst["share"], where["share"] = error, f"{name} rank {rank}"
+        logits = stage(dirs[0], "logits", step)
+        slices = [stage(d, "logits_partial", step) for d in dirs]
+        check(np.array_equal(np.concatenate(slices, axis=1), logits),
+              f"{label} step {step}: the logits_partial slices side by side are rank 0's gathered logits {list(logits.shape)}",
+              str([list(x.shape) for x in slices]))
+    check(worst["sum"] <= SUM_TOLERANCE,
+          f"{label}: sum over ranks of attn_out_partial / ffn_out_partial = the all-reduced attn_out / ffn_out, every "
+          f"layer and step (max |diff| / max |whole| = {worst['sum']:.2e} at {where.get('sum')}; tolerance {SUM_TOLERANCE})")
+    check(worst["differs"] >= DIFFERS_AT_LEAST,
+          f"{label}: every partial differs from the all-reduced whole (min max|partial - whole| / max|whole| = "
+          f"{worst['differs']:.3f} at {where.get('differs')}; at least {DIFFERS_AT_LEAST}): recorded before the all-reduce")
+    check(worst["share"] <= SHARE_TOLERANCE,
+          f"{label}: each rank's partial is its heads' / FFN columns' share recomputed in NumPy from the single-process "
+          f"attn_context / act and the stored o_proj / down_proj (max |diff| / max |whole| = {worst['share']:.2e} at "
+          f"{where.get('share')}; tolerance {SHARE_TOLERANCE})")
+
+
+def check_report_partials(text, dirs, manifests, stage):
+    """Rank 0's report carries the partial panel: per step and layer each rank's share's norm, the
+    combined stage's norm and the check, the numbers equal to NumPy's on the dumps."""
+    import re
+    import numpy as np
+    found = re.search(r'<script type="application/json" id="data">(.*?)</script>', text, re.S)
+    partials = json.loads(found.group(1)).get("tensor_parallel", {}).get("partials") if found else None
+    check(partials is not None and "tp-partials" in text and partials["ranks"] == [0, 1],
+          "journey-trace report: rank 0's page has the partials panel with both ranks' shares")
+    if partials is None:
+        return
+    names = [s["partial"] for s in partials["stages"]]
+    mismatches, rows = [], 0
+    for si, step in enumerate(s["step"] for s in manifests[0]["steps"]):
+        for kind, layer, norms, whole_norm, error in partials["steps"][si]:
+            partial = names[kind]
+            name = partial if layer < 0 else f"L{layer}.{partial}"
+            whole = stage(dirs[0], name.replace("_partial", ""), step)
+            expected = [float(np.linalg.norm(stage(d, name, step).astype(np.float64))) for d in dirs]
+            expected_whole = float(np.linalg.norm(whole.astype(np.float64)))
+            rows += 1
+            if not (np.allclose(norms, expected, rtol=1e-3) and np.isclose(whole_norm, expected_whole, rtol=1e-3) and
+                    isinstance(error, (int, float)) and
+                    error <= SUM_TOLERANCE * max(float(np.max(np.abs(whole))), 1e-30)):
+                mismatches.append(f"step {step} {name}: report {norms} {whole_norm} check {error}; "
+                                  f"NumPy {expected} {expected_whole}")
+    layers = len(load_o_proj_and_down())
+    check(not mismatches and rows == len(manifests[0]["steps"]) * (2 * layers + 1),
+          f"journey-trace report: {rows} partial rows (2 per layer + logits per step), norms equal NumPy's within "
+          f"1e-3 and every check within {SUM_TOLERANCE} of max |whole|", "\n".join(mismatches[:5]))
 
 
 def rank_zero_pid(mpirun_pid):

@@ -15,6 +15,9 @@ protocol (a WebSocket, spoken here with the standard library alone: no puppeteer
    planted RoPE bug it is DIVERGED at L0.q_rope and that node is drawn red.
 8. A request traced by `journey serve --trace-dir`: the second of two requests with the same
    prompt finds its first blocks in the prefix cache, and the KV panel draws those slots as cached.
+9. Structured output: the grammar mask panel.
+10. `journey trace --tensor-parallel 2` (when mpirun is installed): rank 0's report draws each
+   rank's partial share of every layer's two all-reduced sums, and follows the step scrubber.
 
 usage: check_report_browser.py JOURNEY JOURNEY_TRACE WORK_DIR [TRACE_PLANTED_BUG]
        (exit 77 = skipped: no /usr/bin/chromium)
@@ -376,6 +379,37 @@ try:
     expect(g["struck"] >= 1, "no forbidden token is struck out at step 1 (stories260K wants prose, the grammar JSON)")
     browser.evaluate("document.getElementById('grammar-panel').scrollIntoView()")
     browser.screenshot(os.path.join(work, "report-grammar.png"))
+
+    # 10. Tensor parallel: rank 0's report draws every rank's partial share per layer, and follows the step.
+    run_mpi = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parallel", "run_mpi.sh")
+    if shutil.which("mpirun") is None:
+        print("tensor-parallel panel: not checked (mpirun not found)")
+    else:
+        split = os.path.join(work, "tp2")
+        shutil.rmtree(split, ignore_errors=True)
+        run([run_mpi, "2", journey, "trace", "--model", "data/stories260K", "Once upon a time", "--out", split,
+             "--max-tokens", "3", "--temperature", "0", "--threads", "1", "--tensor-parallel", "2"])
+        split_report = os.path.join(work, "tp2.html")
+        run([tracer, "report", split, "--out", split_report])
+        open_report(browser, split_report)
+        layers = json.load(open("data/stories260K/config.json"))["num_hidden_layers"]
+        panel = "({rows: window.journeyReport.drawn.partialRows, hidden: document.getElementById('tp-partials-box').hidden, " \
+                "text: document.getElementById('tp-partials').innerText, step: window.journeyReport.step})"
+        first = browser.evaluate(panel)
+        browser.evaluate("window.journeyReport.setStep(1)")
+        second = browser.evaluate(panel)
+        print("tensor-parallel panel:", {k: first[k] for k in ("rows", "hidden", "step")}, "then step", second["step"])
+        expect(not first["hidden"] and first["rows"] == 2 * layers + 1,
+               f"the partial panel shows {first['rows']} rows at step 0, expected {2 * layers + 1} (2 per layer + logits)")
+        expect("rank 1 share" in first["text"] and "attn_out = sum of attn_out_partial" in first["text"] and
+               "logits = gather of logits_partial" in first["text"], f"the partial panel reads {first['text'][:300]!r}")
+        expect(second["step"] == 1 and "Step 1" in second["text"] and second["text"] != first["text"],
+               "the partial panel did not follow the step")
+        errors = [e for e in browser.events if e.get("method") in ("Runtime.exceptionThrown",) or
+                  (e.get("method") == "Runtime.consoleAPICalled" and e["params"].get("type") == "error")]
+        expect(not errors, f"script errors: {errors[:2]}")
+        browser.evaluate("document.getElementById('tp-partials-box').scrollIntoView()")
+        browser.screenshot(os.path.join(work, "report-tensor-parallel.png"))
 finally:
     browser.close()
 
@@ -384,4 +418,5 @@ print(f"report size: {size} bytes")
 if failures:
     print(f"{len(failures)} problem(s)")
     sys.exit(1)
-print("the report works in Chromium: token click, step scrubber, layer selector, comparison, grammar mask")
+print("the report works in Chromium: token click, step scrubber, layer selector, comparison, grammar mask, "
+      "tensor-parallel partials")

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "trace/dump_sink.h"
 #include "trace/manifest.h"
 #include "trace/npy.h"
 
@@ -302,4 +303,106 @@ TEST_CASE("report is one self-contained HTML file") {
   for (size_t at = page.find("</script>"); at != std::string::npos; at = page.find("</script>", at + 1)) ++closing;
   CHECK(closing == 2);
   CHECK(page.find("<!--<script>") == std::string::npos);
+}
+
+namespace {
+
+// One rank's dump of a tensor-parallel group of 2, written by hand (no MPI needed): one layer, one
+// prefill step of 2 tokens, hidden size 2, vocabulary 4 (rank r holds ids [2r, 2r + 2)). Rank 0's
+// dump also holds the combined stages it is given.
+struct RankTensors {
+  std::vector<float> attn_out_partial, ffn_out_partial;  // [2, 2] each
+  std::vector<float> logits_partial;                     // [1, 2]
+  std::vector<float> attn_out, ffn_out, logits;          // [2, 2], [2, 2], [1, 4]; rank 0 only
+};
+
+void write_rank_dump(const fs::path& dir, int rank, const RankTensors& t) {
+  fs::remove_all(dir);
+  DumpSink sink(dir);
+  sink.set_step(0, "prefill", {0, 1});
+  sink.record(Stage::attn_out_partial, 0, TraceTensor{t.attn_out_partial, {2, 2}});
+  sink.record(Stage::ffn_out_partial, 0, TraceTensor{t.ffn_out_partial, {2, 2}});
+  sink.record(Stage::logits_partial, -1, TraceTensor{t.logits_partial, {1, 2}});
+  if (rank == 0) {
+    sink.record(Stage::attn_out, 0, TraceTensor{t.attn_out, {2, 2}});
+    sink.record(Stage::ffn_out, 0, TraceTensor{t.ffn_out, {2, 2}});
+    sink.record(Stage::logits, -1, TraceTensor{t.logits, {1, 4}});
+  }
+  auto range = [](int64_t begin, int64_t end) { return nlohmann::json::array({begin, end}); };
+  sink.manifest().tensor_parallel = ManifestTensorParallel{
+      rank, 2,
+      {{"heads", range(rank, rank + 1)}, {"kv_heads", range(rank, rank + 1)}, {"ffn_columns", range(2 * rank, 2 * rank + 2)},
+       {"vocabulary", range(2 * rank, 2 * rank + 2)}, {"kv_heads_shared", false}},
+      {{"attn_out_partial", "heads"}, {"ffn_out_partial", "ffn_columns"}, {"logits_partial", "vocabulary"}}};
+  sink.finish();
+}
+
+// The report's data (the JSON the page embeds) of the dump in `dir`.
+nlohmann::json report_json(const fs::path& dir) {
+  Run r = run(kTracer + " report " + dir.string() + " --out " + (dir / "r.html").string());
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const std::string html = read_file(dir / "r.html");
+  const std::string open = "<script type=\"application/json\" id=\"data\">";
+  const size_t begin = html.find(open), end = html.find("</script>", begin);
+  REQUIRE(begin != std::string::npos);
+  return nlohmann::json::parse(html.substr(begin + open.size(), end - begin - open.size()));
+}
+
+}  // namespace
+
+TEST_CASE("report: the tensor-parallel panel shows each rank's share, the combined stage and their difference") {
+  // Shares chosen so the norms are known by hand: |rank 0's attn share| = |(3, 0, 0, 4)| = 5,
+  // |rank 1's| = |(0, 1, 2, 2)| = 3, their sum (3, 1, 2, 6) has norm sqrt(50).
+  RankTensors zero{{3, 0, 0, 4}, {1, 0, 0, 0}, {1, 2}, {3, 1, 2, 6}, {1, 0, 0, 2}, {1, 2, 3, 4}};
+  const RankTensors one{{0, 1, 2, 2}, {0, 0, 0, 2}, {3, 4}, {}, {}, {}};
+  const fs::path dir = kWork / "tp-partials";
+  write_rank_dump(dir, 0, zero);
+  write_rank_dump(dir / "rank1", 1, one);
+  // rows: [stage index (attn_out, ffn_out, logits), layer, [each rank's share's norm], combined norm, check]
+  auto rows_of = [](const nlohmann::json& data) {
+    REQUIRE(data.contains("tensor_parallel"));
+    REQUIRE(data["tensor_parallel"].contains("partials"));
+    const auto& p = data["tensor_parallel"]["partials"];
+    REQUIRE(p["steps"].size() == 1);
+    return p["steps"][0];
+  };
+  {
+    const nlohmann::json data = report_json(dir);
+    CHECK(data["tensor_parallel"]["partials"]["ranks"] == nlohmann::json::array({0, 1}));
+    const nlohmann::json rows = rows_of(data);
+    REQUIRE(rows.size() == 3);
+    CHECK(rows[0][0] == 0);
+    CHECK(rows[0][1] == 0);
+    CHECK(rows[0][2][0].get<double>() == doctest::Approx(5.0));
+    CHECK(rows[0][2][1].get<double>() == doctest::Approx(3.0));
+    CHECK(rows[0][3].get<double>() == doctest::Approx(std::sqrt(50.0)).epsilon(1e-3));
+    CHECK(rows[0][4].get<double>() == 0.0);  // the sum of the shares is the combined stage exactly
+    CHECK(rows[1][4].get<double>() == 0.0);
+    CHECK(rows[2][1] == -1);                 // logits: a global stage
+    CHECK(rows[2][4].get<double>() == 0.0);  // rank 1's slice is ids 2-3 of the gathered logits
+  }
+  // A combined stage that is not the sum of the shares, and logits gathered in the wrong order:
+  // the check column says by how much.
+  zero.attn_out[3] += 0.25f;
+  zero.logits = {1, 2, 4, 3};
+  write_rank_dump(dir, 0, zero);
+  write_rank_dump(dir / "rank1", 1, one);
+  {
+    const nlohmann::json rows = rows_of(report_json(dir));
+    REQUIRE(rows.size() == 3);
+    CHECK(rows[0][4].get<double>() == doctest::Approx(0.25));
+    CHECK(rows[1][4].get<double>() == 0.0);
+    CHECK(rows[2][4].get<double>() == doctest::Approx(1.0));
+  }
+  // A follower's report sees its own shares only: no check without every rank.
+  {
+    const nlohmann::json data = report_json(dir / "rank1");
+    CHECK(data["tensor_parallel"]["partials"]["ranks"] == nlohmann::json::array({1}));
+    const nlohmann::json rows = rows_of(data);
+    REQUIRE(rows.size() == 3);
+    CHECK(rows[0][2][0].get<double>() == doctest::Approx(3.0));
+    CHECK(rows[0][3].is_null());
+    CHECK(rows[0][4].is_null());
+  }
 }

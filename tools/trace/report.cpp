@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "core/error.h"
@@ -102,16 +103,128 @@ class ReportBuilder {
   json tensor_parallel() {
     const ManifestTensorParallel& tp = *m_.tensor_parallel;
     json ranks = json::array();
+    std::vector<RankDump> dumps;  // this dump, and on rank 0 every other rank's found beside it
     for (int r = 0; r < tp.world_size; ++r) {
-      const std::filesystem::path other = dump_.dir() / ("rank" + std::to_string(r)) / "manifest.json";
+      const std::filesystem::path other = dump_.dir() / ("rank" + std::to_string(r));
       if (r == tp.rank) {
         ranks.push_back({{"rank", r}, {"dump", "this one"}, {"shard", tp.shard}});
-      } else if (tp.rank == 0 && std::filesystem::exists(other)) {
-        const Manifest theirs = read_manifest(other);
-        if (theirs.tensor_parallel) ranks.push_back({{"rank", r}, {"dump", "rank" + std::to_string(r) + "/"}, {"shard", theirs.tensor_parallel->shard}});
+        dumps.push_back({r, &dump_, tp});
+      } else if (tp.rank == 0 && std::filesystem::exists(other / "manifest.json")) {
+        auto theirs = std::make_unique<Dump>(other);
+        if (!theirs->manifest().tensor_parallel) continue;
+        ranks.push_back({{"rank", r}, {"dump", "rank" + std::to_string(r) + "/"}, {"shard", theirs->manifest().tensor_parallel->shard}});
+        dumps.push_back({r, theirs.get(), *theirs->manifest().tensor_parallel});
+        other_ranks_.push_back(std::move(theirs));
       }
     }
-    return {{"rank", tp.rank}, {"world_size", tp.world_size}, {"ranks", ranks}};
+    json out = {{"rank", tp.rank}, {"world_size", tp.world_size}, {"ranks", ranks}};
+    if (json p = partials(dumps, tp.world_size); !p.is_null()) out["partials"] = std::move(p);
+    return out;
+  }
+
+  // One rank's dump and what it held.
+  struct RankDump {
+    int rank;
+    const Dump* dump;
+    const ManifestTensorParallel& tp;
+  };
+
+  // How each layer's work was split: every rank's partial stage (its share before the all-reduce
+  // or the gather) beside the combined stage of this dump. Per step, one row per (stage, layer):
+  // [partial index, layer, [norm of each rank's share (null: not recorded)], norm of the combined,
+  //  max |combined - shares combined| (null unless every rank's share is here)]. The check says
+  // whether the combined tensor is exactly the recorded shares put together: summed (attn_out,
+  // ffn_out; only the order of the f32 sum differs) or side by side (logits, along the vocabulary).
+  json partials(const std::vector<RankDump>& dumps, int world_size) {
+    struct Kind { const char* partial; const char* whole; bool summed; };
+    static const Kind kKinds[] = {{"attn_out_partial", "attn_out", true}, {"ffn_out_partial", "ffn_out", true},
+                                  {"logits_partial", "logits", false}};
+    auto norm = [](const std::vector<float>& v) {
+      double sum = 0;
+      for (float x : v) sum += double(x) * double(x);
+      return std::sqrt(sum);
+    };
+    json stages = json::array(), per_step = json::array();
+    bool any = false;
+    for (const auto& k : kKinds)
+      stages.push_back({{"partial", k.partial}, {"whole", k.whole}, {"combine", k.summed ? "sum" : "gather"},
+                        {"covers", covered_by(k.partial)}});
+    for (const ManifestStep* s : steps_) {
+      json rows = json::array();
+      for (size_t ki = 0; ki < std::size(kKinds); ++ki) {
+        const Kind& k = kKinds[ki];
+        const bool global = !k.summed;
+        for (int layer = global ? -1 : 0; layer < (global ? 0 : dump_.num_layers()); ++layer) {
+          json norms = json::array();
+          std::vector<const NpyArray*> shares;  // [ranks] in rank order, null where missing
+          for (const RankDump& d : dumps) {
+            const ManifestTensor* t = d.dump->entry(k.partial, layer, s->step);
+            const NpyArray* a = t ? &d.dump->array(*t) : nullptr;
+            shares.push_back(a);
+            norms.push_back(a ? json(round_sig(norm(a->f32))) : json(nullptr));
+          }
+          if (std::all_of(shares.begin(), shares.end(), [](auto* a) { return a == nullptr; })) continue;
+          any = true;
+          const ManifestTensor* w = dump_.entry(k.whole, layer, s->step);
+          const NpyArray* whole = w ? &dump_.array(*w) : nullptr;
+          json check = nullptr;
+          const bool complete = whole && int(dumps.size()) == world_size &&
+                                std::none_of(shares.begin(), shares.end(), [](auto* a) { return a == nullptr; });
+          if (complete) check = combine_error(*whole, shares, dumps, k.summed, k.partial);
+          rows.push_back({int(ki), layer, norms, whole ? json(round_sig(norm(whole->f32))) : json(nullptr), check});
+        }
+      }
+      per_step.push_back(rows);
+    }
+    if (!any) return nullptr;
+    json ranks = json::array();
+    for (const RankDump& d : dumps) ranks.push_back(d.rank);
+    return {{"ranks", ranks}, {"stages", stages}, {"steps", per_step}};
+  }
+
+  // The key of the shard whose range a partial stage covers ("heads"), from the manifest; "" when
+  // the manifest does not say (a dump written before the partial stages).
+  std::string covered_by(const std::string& partial) const {
+    const json& p = m_.tensor_parallel->partials;
+    return p.is_object() && p.contains(partial) && p[partial].is_string() ? p[partial].get<std::string>() : "";
+  }
+
+  // max |whole - shares combined|, or a string saying why the shapes cannot be lined up.
+  json combine_error(const NpyArray& whole, const std::vector<const NpyArray*>& shares,
+                     const std::vector<RankDump>& dumps, bool summed, const std::string& partial) {
+    const std::string covers = covered_by(partial);
+    if (whole.dtype != NpyDType::F32) return "not f32";
+    for (const NpyArray* a : shares)
+      if (a->dtype != NpyDType::F32) return "not f32";
+    if (summed) {
+      for (const NpyArray* a : shares)
+        if (a->shape != whole.shape) return "shapes differ";
+      double max_error = 0;
+      for (size_t i = 0; i < whole.f32.size(); ++i) {
+        double sum = 0;
+        for (const NpyArray* a : shares) sum += double(a->f32[i]);
+        max_error = std::max(max_error, std::fabs(sum - double(whole.f32[i])));
+      }
+      return max_error;
+    }
+    // gathered: rank r's column j is the whole's column (its range's begin + j)
+    if (whole.shape.size() != 2) return "shapes differ";
+    const int64_t rows = whole.shape[0], V = whole.shape[1];
+    double max_error = 0;
+    for (size_t r = 0; r < shares.size(); ++r) {
+      const json& shard = dumps[r].tp.shard;
+      if (covers.empty() || !shard.contains(covers) || !shard[covers].is_array() || shard[covers].empty() ||
+          !shard[covers][0].is_number_integer())
+        return "no range for " + partial;
+      const int64_t begin = shard[covers][0].get<int64_t>();
+      const NpyArray& a = *shares[r];
+      if (a.shape.size() != 2 || a.shape[0] != rows || begin < 0 || begin + a.shape[1] > V) return "shapes differ";
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < a.shape[1]; ++j)
+          max_error = std::max(max_error, std::fabs(double(a.f32[size_t(i * a.shape[1] + j)]) -
+                                                    double(whole.f32[size_t(i * V + begin + j)])));
+    }
+    return max_error;
   }
 
   // Every position of the run: [id, generated (0/1), the step that fed it (-1: never fed, the
@@ -393,6 +506,7 @@ class ReportBuilder {
   std::vector<const ManifestStep*> steps_;
   std::set<int32_t> ids_;
   size_t num_positions_ = 0;
+  std::vector<std::unique_ptr<Dump>> other_ranks_;  // rank 0's report: the other ranks' dumps (DIR/rank<r>/)
 };
 
 // Inline SVG: drop the XML declaration and DOCTYPE that only a standalone file needs.

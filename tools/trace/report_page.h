@@ -65,6 +65,7 @@ details>summary{cursor:pointer}
 <div class="muted" id="meta"></div>
 <div id="answer"></div>
 <div id="tp"></div>
+<details id="tp-partials-box" hidden open><summary class="muted">tensor parallel: each rank's share of every layer's two sums</summary><div id="tp-partials"></div></details>
 <details><summary class="muted">how this run was made</summary><pre id="command"></pre><div id="template"></div></details>
 </header>
 <div id="verdict" hidden></div>
@@ -147,7 +148,8 @@ if (D.tensor_parallel) {  // journey trace --tensor-parallel N: how each layer's
   $('tp').innerHTML = '<span class="muted">tensor parallel: this dump is rank ' + tp.rank + ' of ' + tp.world_size +
     '. Its q, k, v, attention and attn_context hold only its heads, gate, up and act only its FFN columns; attn_out and ' +
     'ffn_out are the all-reduced sums (the two all-reduces of every layer, after o_proj and after down_proj), the same on ' +
-    'every rank' + (tp.rank === 0 ? '; logits are gathered from every rank\'s vocabulary rows' : '; logits are its vocabulary rows only') +
+    'every rank, and attn_out_partial and ffn_out_partial its own share before them' +
+    (tp.rank === 0 ? '; logits are gathered from every rank\'s vocabulary rows (logits_partial: its own)' : '; logits_partial holds its vocabulary rows only') +
     '.</span><table class="tp"><tr><th>rank</th><th>dump</th><th>heads</th><th>KV heads</th><th>FFN columns</th><th>vocabulary</th></tr>' +
     tp.ranks.map(r => '<tr><td>' + r.rank + '</td><td>' + esc(r.dump) + '</td><td>' + range(r.shard.heads) + '</td><td>' +
       range(r.shard.kv_heads) + (r.shard.kv_heads_shared ? ' (shared)' : '') + '</td><td>' + range(r.shard.ffn_columns) +
@@ -536,6 +538,31 @@ if (D.compare) {
   if ($('gofirst')) $('gofirst').onclick = () => { setStep(stepIdx[c.first.step] || 0); if (c.first.layer >= 0) { S.layer = c.first.layer; render(); } };
 }
 
+// ---- tensor parallel: every rank's partial stage beside the combined one, at the selected step -----
+function drawPartials() {
+  const p = D.tensor_parallel && D.tensor_parallel.partials;
+  if (!p) return;
+  $('tp-partials-box').hidden = false;
+  const tp = D.tensor_parallel, rows = p.steps[S.step] || [];
+  const range = r => { const m = tp.ranks.find(x => x.rank === r); return m ? m.shard : {}; };
+  const covers = (st, r) => { const a = range(r)[st.covers]; return a ? ' ' + st.covers.replace('_', ' ') + ' ' + a[0] + '–' + (a[1] - 1) : ''; };
+  const complete = p.ranks.length === tp.world_size;
+  let h = '<span class="muted">‖·‖: the Frobenius norm of each rank\'s share (its stage <code>*_partial</code>, recorded before the all-reduce or ' +
+    'the gather) and of the combined stage; check: max |combined − the shares summed (attn_out, ffn_out) or put side by side (logits)|, ' +
+    'at most a few f32 roundings (the report adds the shares in double, the all-reduce in f32)' + (complete ? '' : ' (needs every rank\'s dump: open rank 0\'s report with DIR/rank&lt;r&gt;/ beside it)') +
+    '. Step ' + steps[S.step].step + '; the selected layer is outlined.</span><table class="tp"><tr><th>stage</th><th>layer</th>' +
+    p.ranks.map(r => '<th>rank ' + r + ' share</th>').join('') + '<th>combined</th><th>check</th></tr>';
+  for (const [si, layer, norms, whole, check] of rows) {
+    const st = p.stages[si];
+    h += '<tr' + (layer === S.layer ? ' style="outline:2px solid var(--sel)"' : '') + '><td>' + esc(st.whole) + ' = ' + st.combine + ' of ' + esc(st.partial) +
+      '</td><td>' + (layer < 0 ? '' : layer) + '</td>' +
+      norms.map((n, i) => '<td title="' + esc(covers(st, p.ranks[i])) + '">' + (n === null ? '—' : fmt(n)) + '<span class="muted">' + esc(covers(st, p.ranks[i])) + '</span></td>').join('') +
+      '<td>' + (whole === null ? '—' : fmt(whole)) + '</td><td>' + (check === null ? '—' : typeof check === 'string' ? esc(check) : fmt(check)) + '</td></tr>';
+  }
+  $('tp-partials').innerHTML = h + '</table>';
+  drawn.partialRows = rows.length;
+}
+
 // ---- one state, every panel ---------------------------------------------------------------------
 function render() {
   $('step').value = S.step; $('layer').value = S.layer;
@@ -544,7 +571,7 @@ function render() {
   const inStep = new Set(st.positions);
   tokEls.forEach((el, p) => { el.classList.toggle('sel', p === S.sel); el.classList.toggle('instep', inStep.has(p)); });
   if (tokEls[S.sel]) tokEls[S.sel].scrollIntoView({block: 'nearest', inline: 'nearest'});
-  drawDiagram(); drawCard(); drawNext(); drawLens(); drawPipeline(); drawGrammar(); drawKV(); drawAttention(); drawLensGrid(); drawStats();
+  drawDiagram(); drawCard(); drawNext(); drawLens(); drawPipeline(); drawGrammar(); drawKV(); drawAttention(); drawLensGrid(); drawStats(); drawPartials();
   window.journeyReport.selected = S.sel; window.journeyReport.step = steps[S.step].step;
   window.journeyReport.layer = S.layer; window.journeyReport.head = S.head;
   window.journeyReport.renders += 1;
