@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PACK=${1:-gpu-pack}
 BUILD=${BUILD:-build-gpu}
-TARGETS=${TARGETS:-"journey journey-trace test_cuda test_backends cuda_bench ch12_cuda"}
+TARGETS=${TARGETS:-"journey journey-trace test_cuda test_backends cuda_bench ch12_cuda tp_cuda_exactness"}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DJOURNEY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DJOURNEY_NATIVE=OFF -DJOURNEY_TESTS=ON -DJOURNEY_CHAPTERS=ON > /dev/null
 available=$(cmake --build "$BUILD" --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p')

@@ -63,9 +63,10 @@ Communicator* tensor_parallel_world(const std::string& device, const BackendFlag
            "run the whole command; pass --tensor-parallel ", launched, " to split the model over them");
     return nullptr;
   }
-  if (device != "cpu")
+  const bool cuda = device == "cuda" || device.rfind("cuda:", 0) == 0;
+  if (device != "cpu" && !cuda)
     fail("--tensor-parallel ", flags.tensor_parallel, ": --device ", device,
-         " has no tensor-parallel path in this build; use --device cpu");
+         " has no tensor-parallel path; use --device cpu or cuda");
   Communicator& world = mpi_world();
   if (world.size() != flags.tensor_parallel)
     fail("--tensor-parallel ", flags.tensor_parallel, " but the MPI world has ", world.size(), " process",
@@ -108,6 +109,31 @@ void follow_with_trace(Backend& shard, Communicator& world, const LoadedModel& m
   });
 }
 
+// A tensor-parallel rank's shard, made by make_backend for either device: on a follower, runs rank
+// 0's calls until told to stop and ends the process; on rank 0, prints the split and returns the
+// backend that drives the group. `transport`: how the forward pass's collectives travel.
+std::unique_ptr<Backend> join_tensor_parallel_group(std::unique_ptr<Backend> shard, Communicator& world,
+                                                   const LoadedModel& model, const BackendFlags& flags,
+                                                   const std::string& transport) {
+  if (world.rank() != 0) {
+    // mpirun passes a Ctrl-C or SIGTERM to every rank; a follower leaves when rank 0, having
+    // finished its own shutdown (a server's in-flight requests), tells it to
+    std::signal(SIGINT, SIG_IGN);
+    std::signal(SIGTERM, SIG_IGN);
+    if (flags.follower_trace_dir.empty())
+      run_tensor_parallel_follower(*shard, world);
+    else
+      follow_with_trace(*shard, world, model, flags);
+    shard.reset();
+    std::exit(0);  // MPI is finalized at exit (parallel/communicator.cpp)
+  }
+  const ModelConfig& c = shard->config();
+  for (int r = 0; r < world.size(); ++r)
+    std::fprintf(stderr, "journey: tensor parallel over %s, %s\n", transport.c_str(),
+                 plan_shard(c, r, world.size(), model.path.string()).describe().c_str());
+  return make_tensor_parallel_backend(std::move(shard), world);
+}
+
 }  // namespace
 
 ManifestTensorParallel manifest_tensor_parallel(const ModelConfig& config, int rank, int size) {
@@ -139,8 +165,13 @@ void add_backend_flags(CLI::App* cmd, BackendFlags& flags) {
                 "copy the weights into memory instead of using them in place in the file's memory map");
   cmd->add_option("--tensor-parallel", flags.tensor_parallel,
                   "split the model over N MPI ranks (start with: mpirun -np N journey ... --tensor-parallel N; "
-                  "--device cpu)")
+                  "--device cpu or cuda)")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--tp-transport", flags.tp_transport,
+                  "--device cuda --tensor-parallel N: how the ranks' sums travel: auto (NCCL when every rank has its "
+                  "own GPU, else through host memory over MPI), nccl or host-staged")
+      ->check(CLI::IsMember({"auto", "nccl", "host-staged"}))
       ->capture_default_str();
 }
 
@@ -186,25 +217,7 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::strin
       options.communicator = world;
     }
     backend = make_cpu_backend(model, options);
-    if (world && world->rank() != 0) {
-      // mpirun passes a Ctrl-C or SIGTERM to every rank; a follower leaves when rank 0, having
-      // finished its own shutdown (a server's in-flight requests), tells it to
-      std::signal(SIGINT, SIG_IGN);
-      std::signal(SIGTERM, SIG_IGN);
-      if (flags.follower_trace_dir.empty())
-        run_tensor_parallel_follower(*backend, *world);
-      else
-        follow_with_trace(*backend, *world, model, flags);
-      backend.reset();
-      std::exit(0);  // MPI is finalized at exit (parallel/communicator.cpp)
-    }
-    if (world) {
-      const ModelConfig& c = backend->config();
-      for (int r = 0; r < world->size(); ++r)
-        std::fprintf(stderr, "journey: tensor parallel over %s, %s\n", world->transport().c_str(),
-                     plan_shard(c, r, world->size(), model.path.string()).describe().c_str());
-      backend = make_tensor_parallel_backend(std::move(backend), *world);
-    }
+    if (world) backend = join_tensor_parallel_group(std::move(backend), *world, model, flags, world->transport());
     if (info) info->in_place_bytes = report.bytes_in_place, info->copied_bytes = report.bytes_copied;
   } else if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
 #if defined(JOURNEY_HAVE_CUDA)
@@ -213,8 +226,19 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::strin
     if (type == "f32") options.dtype = DType::F32;
     else if (type == "f16") options.dtype = DType::F16;
     else if (type != "bf16") fail("--device ", device, ": the weight type after \"cuda:\" must be bf16, f16 or f32");
-    if (cuda_device_count() == 0) fail("--device ", device, ": no CUDA device visible (cudaGetDeviceCount found none)");
-    backend = make_cuda_backend(model, options);
+    const int devices = cuda_device_count();
+    if (devices == 0) fail("--device ", device, ": no CUDA device visible (cudaGetDeviceCount found none)");
+    options.tp_transport = flags.tp_transport;
+    if (world) {
+      // rank r on device r % devices: one GPU each where there are enough, else ranks share
+      // (the transport then goes through host memory: parallel/device_transport.h)
+      options.device = world->rank() % devices;
+      options.communicator = world;
+    }
+    std::unique_ptr<CudaBackend> cuda = make_cuda_backend(model, options);
+    const std::string transport = cuda->stats().tp_transport;
+    backend = std::move(cuda);
+    if (world) backend = join_tensor_parallel_group(std::move(backend), *world, model, flags, transport);
 #else
     fail("--device ", device, ": journey was built without CUDA (JOURNEY_CUDA=OFF); rebuild with -DJOURNEY_CUDA=ON");
 #endif
