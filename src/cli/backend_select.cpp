@@ -78,7 +78,8 @@ Communicator* tensor_parallel_world(const std::string& device, const BackendFlag
 
 // A follower's part of `journey trace`: the forward steps rank 0 traces, recorded into
 // DIR/rank<r>/ with the step marks rank 0's dump has (step 0 the prefill, then one per decode).
-void follow_with_trace(Backend& shard, Communicator& world, const LoadedModel& model, const BackendFlags& flags) {
+void follow_with_trace(Backend& shard, Communicator& world, const LoadedModel& model, const BackendFlags& flags,
+                       const std::string& transport) {
   const std::filesystem::path dir = std::filesystem::path(flags.follower_trace_dir) / cat("rank", world.rank());
   DumpSink sink(dir, flags.follower_trace_filters);
   std::vector<int32_t> prompt;  // [T] the prefill's tokens, for the manifest
@@ -94,7 +95,7 @@ void follow_with_trace(Backend& shard, Communicator& world, const LoadedModel& m
   m.generated_by_tool = cat("journey trace (rank ", world.rank(), " of ", world.size(), ")");
   m.model = manifest_model(model.path, shard.config());
   m.settings = backend_manifest_settings(shard);
-  m.tensor_parallel = manifest_tensor_parallel(shard.config(), world.rank(), world.size());
+  m.tensor_parallel = manifest_tensor_parallel(shard.config(), world.rank(), world.size(), transport);
   // the prompt as rank 0 fed it; its text and pieces where the model directory has a tokenizer
   std::unique_ptr<Tokenizer> tokenizer;
   try {
@@ -123,7 +124,7 @@ std::unique_ptr<Backend> join_tensor_parallel_group(std::unique_ptr<Backend> sha
     if (flags.follower_trace_dir.empty())
       run_tensor_parallel_follower(*shard, world);
     else
-      follow_with_trace(*shard, world, model, flags);
+      follow_with_trace(*shard, world, model, flags, transport);
     shard.reset();
     std::exit(0);  // MPI is finalized at exit (parallel/communicator.cpp)
   }
@@ -131,12 +132,13 @@ std::unique_ptr<Backend> join_tensor_parallel_group(std::unique_ptr<Backend> sha
   for (int r = 0; r < world.size(); ++r)
     std::fprintf(stderr, "journey: tensor parallel over %s, %s\n", transport.c_str(),
                  plan_shard(c, r, world.size(), model.path.string()).describe().c_str());
-  return make_tensor_parallel_backend(std::move(shard), world);
+  return make_tensor_parallel_backend(std::move(shard), world, transport);
 }
 
 }  // namespace
 
-ManifestTensorParallel manifest_tensor_parallel(const ModelConfig& config, int rank, int size) {
+ManifestTensorParallel manifest_tensor_parallel(const ModelConfig& config, int rank, int size,
+                                                const std::string& transport) {
   const TensorParallelShard s = plan_shard(config, rank, size, "the model");
   auto range = [](int64_t begin, int64_t n) { return nlohmann::json::array({begin, begin + n}); };
   ManifestTensorParallel m;
@@ -146,6 +148,7 @@ ManifestTensorParallel manifest_tensor_parallel(const ModelConfig& config, int r
              {"ffn_columns", range(s.ffn_begin, s.ffn_columns)},
              {"vocabulary", range(s.vocab_begin, s.vocab_rows)},
              {"kv_heads_shared", s.kv_replicated}};
+  m.transport = transport;
   return m;
 }
 

@@ -62,8 +62,10 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::strin
 void follow_if_tensor_parallel_follower(const std::string& model_path, const std::string& device,
                                         const BackendFlags& flags);
 
-// The manifest entry of rank `rank` of a group of `size` over this model (trace/manifest.h).
-ManifestTensorParallel manifest_tensor_parallel(const ModelConfig& config, int rank, int size);
+// The manifest entry of rank `rank` of a group of `size` over this model (trace/manifest.h), whose
+// collectives travel over `transport`.
+ManifestTensorParallel manifest_tensor_parallel(const ModelConfig& config, int rank, int size,
+                                                const std::string& transport);
 
 // The help text of the flag, listing what this build supports.
 const char* device_flag_help();

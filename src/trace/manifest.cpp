@@ -188,10 +188,12 @@ json manifest_to_json(const Manifest& m) {
       {"pieces", pieces},
       {"tensors", tensors},
   };
-  if (m.tensor_parallel)
+  if (m.tensor_parallel) {
     out["tensor_parallel"] = {{"rank", m.tensor_parallel->rank},
                               {"world_size", m.tensor_parallel->world_size},
                               {"shard", m.tensor_parallel->shard}};
+    if (!m.tensor_parallel->transport.empty()) out["tensor_parallel"]["transport"] = m.tensor_parallel->transport;
+  }
   return out;
 }
 
@@ -224,6 +226,7 @@ Manifest manifest_from_json(const json& j, const std::string& where) {
     if (p.world_size < 1 || p.rank < 0 || p.rank >= p.world_size)
       fail(where, ": tensor_parallel.rank ", p.rank, " is outside a group of world_size ", p.world_size);
     if (tp.contains("shard")) p.shard = tp.at("shard");
+    p.transport = field_or<std::string>(tp, "transport", "", where, "tensor_parallel");
     m.tensor_parallel = p;
   }
   m.prompt = field_or<std::string>(j, "prompt", "", where, "the manifest");
