@@ -14,6 +14,8 @@
 //     order of the sums differs (each rank sums its heads / FFN columns, then the all-reduce adds
 //     the ranks' partial sums; f32 rounding of a reordered sum of ~100 terms is ~1e-7 relative).
 // A mismatch prints the model, the call, the row and the first differing logits side by side.
+// First, the device-id exchange a CUDA group uses to choose its transport runs over the same MPI
+// group (every rank must receive every rank's id, in rank order).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +28,7 @@
 #include "core/numeric.h"
 #include "cpu/cpu_backend.h"
 #include "parallel/communicator.h"
+#include "parallel/device_transport.h"
 #include "parallel/shard.h"
 #include "parallel/tensor_parallel.h"
 #include "reference/reference_backend.h"
@@ -52,6 +55,27 @@ int main() {
     const fs::path source = JOURNEY_SOURCE_DIR;
     const StageTolerance logits_tolerance = stage_tolerance(Stage::logits);
     int failures = 0;
+    // The device-id exchange a CUDA group runs at start-up to choose its transport
+    // (parallel/device_transport.h), over this MPI group: every rank must receive every rank's 16
+    // bytes, in rank order, each byte value intact.
+    {
+      auto id_of = [](int rank) {
+        DeviceId id{};
+        for (size_t i = 0; i < id.size(); ++i) id[i] = uint8_t((rank * 37 + int(i) * 11 + 200) % 256);
+        return id;
+      };
+      const std::vector<DeviceId> ids = exchange_device_ids(world, id_of(world.rank()));
+      bool same = int(ids.size()) == N;
+      for (int r = 0; same && r < N; ++r) same = ids[size_t(r)] == id_of(r);
+      if (!same) {
+        std::printf("FAIL rank %d: the device-id exchange over %d ranks delivered %zu ids, not every rank's own in rank "
+                    "order (rank 0's: %s)\n", world.rank(), N, ids.size(),
+                    ids.empty() ? "none" : device_id_string(ids[0]).c_str());
+        ++failures;
+      } else if (world.rank() == 0) {
+        std::printf("ok   the device-id exchange over %d ranks: every rank's 16 bytes on every rank\n", N);
+      }
+    }
     for (const char* path : kModels) {
       const LoadedModel model = load_model(source / path);
       // one thread per rank: the ranks share the machine's cores
@@ -80,7 +104,7 @@ int main() {
                   tp.calls.size(), tp.greedy.size(), vs_reference, logits_tolerance.nmse, vs_single, kSameKernelsNmse);
       failures += !ok_ref + !ok_one;
     }
-    if (world.rank() == 0 && failures > 0) std::printf("%d comparisons failed\n", failures);
+    if (failures > 0) std::printf("rank %d: %d comparisons failed\n", world.rank(), failures);
     return failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tp_exactness: error: %s\n", e.what());
