@@ -11,10 +11,12 @@
 //     other (the same products, sums in another order: each rank sums its heads / FFN columns, the
 //     all-reduce adds the ranks' partial sums, and cuBLAS may split a halved inner dimension
 //     differently);
-//   - every logits row agrees with the literal reference within the trace diff's f32 logits
-//     tolerance (trace/compare.cpp), as the single-process backends are held to it.
-// With bf16 weights (stories260K): the same against the single-process bf16 run, NMSE 1e-6 and max
-// |diff| 1e-2 x max(1, |logit|max) (bf16 products, f32 sums in another order).
+//   - every logits row agrees with the literal reference within the same bound: tests/cuda holds
+//     every decode road of the single-process GPU run to NMSE 1e-8 against the CPU.
+// With bf16 weights (stories260K): the same against the single-process bf16 run, NMSE 1e-5 and max
+// |diff| 2e-2 x max(1, |logit|max): the f32 sums in another order can flip the bf16 rounding of
+// an activation the next product narrows (one flip: 2^-8 relative), still 100x below the bf16
+// run's bound against the CPU (1e-3).
 // Which transport ran (NCCL, or host-staged when the ranks share a GPU: NCCL refuses that) is
 // printed on every line. Without a visible GPU every rank exits 77 (ctest: skipped) and says why.
 #include <cstdio>
@@ -30,7 +32,6 @@
 #include "parallel/shard.h"
 #include "parallel/tensor_parallel.h"
 #include "reference/reference_backend.h"
-#include "trace/compare.h"
 #include "tp_drive.h"
 
 using namespace journey;
@@ -42,7 +43,7 @@ namespace {
 const char* const kModels[] = {"data/stories260K", "tests/golden/models/tiny-llama", "tests/golden/models/tiny-qwen2",
                                "tests/golden/models/tiny-qwen3"};
 constexpr double kF32Nmse = 1e-8, kF32MaxAbs = 1e-3;    // against the single-process CUDA run (see above)
-constexpr double kBf16Nmse = 1e-6, kBf16MaxAbs = 1e-2;  // x max(1, |logit|max)
+constexpr double kBf16Nmse = 1e-5, kBf16MaxAbs = 2e-2;  // x max(1, |logit|max)
 
 struct Road {
   const char* name;
@@ -79,7 +80,6 @@ int main(int argc, char** argv) {
     Communicator& world = mpi_world();
     const int N = world.size();
     const fs::path source = JOURNEY_SOURCE_DIR;
-    const StageTolerance logits_tolerance = stage_tolerance(Stage::logits);
     int failures = 0;
     for (const char* path : kModels) {
       const LoadedModel model = load_model(source / path);
@@ -122,8 +122,7 @@ int main(int argc, char** argv) {
               reference_run = drive(*reference, model.config);
               have_reference = true;
             }
-            ok = compare(tp, reference_run, "reference", logits_tolerance.nmse, logits_tolerance.max_abs, path,
-                         vs_reference) && ok;
+            ok = compare(tp, reference_run, "reference", kF32Nmse, kF32MaxAbs, path, vs_reference) && ok;
           }
           // the road it claims: NCCL's collectives captured in the decode graphs; host-staged ones
           // turning graphs off, saying why
@@ -147,7 +146,7 @@ int main(int argc, char** argv) {
                       ok ? "ok  " : "FAIL", path, type_name.c_str(), road.name, N, tp_stats.tp_transport.c_str(),
                       plan_shard(c, N - 1, N, path).describe().c_str(), tp.calls.size(), tp.greedy.size(), vs_single,
                       f32 ? kF32Nmse : kBf16Nmse,
-                      f32 ? cat(", ", vs_reference, " against the reference (bound ", logits_tolerance.nmse, ")").c_str() : "",
+                      f32 ? cat(", ", vs_reference, " against the reference (bound ", kF32Nmse, ")").c_str() : "",
                       static_cast<long long>(tp_stats.plain_steps), static_cast<long long>(tp_stats.decode_steps),
                       static_cast<long long>(tp_stats.graph_replays), tp_stats.graph_error.empty() ? "" : "; ",
                       tp_stats.graph_error.c_str());
