@@ -22,9 +22,12 @@ void check_cuda(cudaError_t status, const char* call) {
 class PinnedFloats {
  public:
   ~PinnedFloats() { release(); }
-  float* grow(int64_t n) {
+  // `stream` may still be copying out of the old block (the previous call's host -> device copy):
+  // it is waited for before the block is freed.
+  float* grow(int64_t n, cudaStream_t stream) {
     const size_t bytes = std::max<size_t>(size_t(n) * sizeof(float), 4096);
     if (bytes > bytes_) {
+      check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       release();
       void* p = nullptr;
       check_cuda(cudaHostAlloc(&p, bytes, cudaHostAllocDefault), "cudaHostAlloc (tensor-parallel staging)");
@@ -55,7 +58,7 @@ class HostStagedCollectives final : public DeviceCollectives {
   bool capturable() const override { return false; }
 
   void all_reduce_sum(float* data, int64_t n, cudaStream_t stream) override {
-    float* host = sums_.grow(n);  // [n]
+    float* host = sums_.grow(n, stream);  // [n]
     check_cuda(cudaMemcpyAsync(host, data, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     communicator_.all_reduce_sum(host, n);
@@ -64,7 +67,7 @@ class HostStagedCollectives final : public DeviceCollectives {
   }
 
   void gather_columns(float* out, const float* mine, int64_t rows, int64_t cols, float*, cudaStream_t stream) override {
-    float* host_mine = slice_.grow(rows * cols);  // [rows, cols]
+    float* host_mine = slice_.grow(rows * cols, stream);  // [rows, cols]
     check_cuda(cudaMemcpyAsync(host_mine, mine, size_t(rows * cols) * sizeof(float), cudaMemcpyDeviceToHost, stream),
                "cudaMemcpyAsync");
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -73,7 +76,7 @@ class HostStagedCollectives final : public DeviceCollectives {
       return;
     }
     const int64_t total = rows * cols * communicator_.size();
-    float* host_out = gathered_.grow(total);  // [rows, size * cols]
+    float* host_out = gathered_.grow(total, stream);  // [rows, size * cols]
     communicator_.gather_columns(host_out, host_mine, rows, cols);
     check_cuda(cudaMemcpyAsync(out, host_out, size_t(total) * sizeof(float), cudaMemcpyHostToDevice, stream),
                "cudaMemcpyAsync");
