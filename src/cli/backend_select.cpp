@@ -64,6 +64,9 @@ Communicator* tensor_parallel_world(const std::string& device, const BackendFlag
     return nullptr;
   }
   const bool cuda = device == "cuda" || device.rfind("cuda:", 0) == 0;
+  if (!cuda && flags.tp_transport != "auto")
+    fail("--tp-transport ", flags.tp_transport, ": only --device cuda chooses how its collectives travel (--device ",
+         device, " uses the MPI communicator)");
   if (device != "cpu" && !cuda)
     fail("--tensor-parallel ", flags.tensor_parallel, ": --device ", device,
          " has no tensor-parallel path; use --device cpu or cuda");

@@ -121,6 +121,9 @@ def test_errors(journey):
     device = run([journey] + generate_args("data/stories260K", ["--tensor-parallel", "2", "--device", "reference"]))
     check(device.returncode == 1 and "--device reference has no tensor-parallel path" in device.stderr,
           "--tensor-parallel 2 --device reference: refused, naming the device", device.stderr[-2000:])
+    transport = run([journey] + generate_args("data/stories260K", ["--tensor-parallel", "2", "--tp-transport", "nccl"]))
+    check(transport.returncode == 1 and "only --device cuda chooses how its collectives travel" in transport.stderr,
+          "--tp-transport nccl on --device cpu: refused, naming the device", transport.stderr[-2000:])
     copies = run([RUN_MPI, "2", journey] + generate_args("data/stories260K", []))
     check(copies.returncode != 0 and "--tensor-parallel is 1" in copies.stderr,
           "mpirun -np 2 without --tensor-parallel: refuses to run two copies", copies.stderr[-2000:])
