@@ -11,6 +11,10 @@
 # steps.tsv and the next one runs; everything is packed into $OUT/gpu-check.tgz after every step):
 #   1. build with CUDA (or PREBUILT: the packed binaries)
 #   2. test_cuda (every op and the whole model vs the CPU, every decode road), test_backends if built
+#   2b. tensor parallelism: tp_cuda_exactness under `mpirun -np 2` (the CUDA shard against the
+#      single-process CUDA run on every decode road; on a one-GPU machine both ranks share it, so the
+#      collectives are host-staged: NCCL refuses two ranks on one GPU), and `journey generate
+#      --device cuda --tensor-parallel 2` against the single-process text (needs mpirun there)
 #   3. chapter 12, a generation on each device
 #   4. `journey trace` on reference, cuda:f32 and cuda (bf16), then `journey-trace diff`: f32 at the f32
 #      tolerances, bf16 at the bf16 profile; stories260K, the tiny goldens, SmolLM2 if models/ has it
@@ -84,7 +88,7 @@ log "cuBLAS: ${CUBLAS:-not found}"
 if [ -n "${PREBUILT:-}" ]; then
   BIN=$ROOT/$PREBUILT/bin
   JOURNEY=$BIN/journey; TEST_CUDA=$BIN/test_cuda; CUDA_BENCH=$BIN/cuda_bench; CH12=$BIN/ch12_cuda
-  TEST_BACKENDS=$BIN/test_backends; TRACE_TOOL=$BIN/journey-trace
+  TEST_BACKENDS=$BIN/test_backends; TRACE_TOOL=$BIN/journey-trace; TP_CUDA=$BIN/tp_cuda_exactness
   for b in "$JOURNEY" "$TEST_CUDA"; do
     [ -x "$b" ] && { env LD_TRACE_LOADED_OBJECTS=1 "$b" 2>&1 | grep 'not found' || true; } >> "$OUT/machine.txt"
   done
@@ -95,6 +99,7 @@ else
     -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90 -DJOURNEY_NATIVE=OFF
   targets="journey journey-trace test_cuda cuda_bench ch12_cuda"
   cmake --build "$BUILD" --target help 2>/dev/null | grep -q ' test_backends$' && targets="$targets test_backends"
+  cmake --build "$BUILD" --target help 2>/dev/null | grep -q ' tp_cuda_exactness$' && targets="$targets tp_cuda_exactness"
   step build 420 cmake --build "$BUILD" -j"$JOBS" --target $targets
   JOURNEY=$BUILD/src/cli/journey
   TEST_CUDA=$BUILD/tests/cuda/test_cuda
@@ -102,6 +107,7 @@ else
   CH12=$BUILD/chapters/ch12_cuda/ch12_cuda
   TEST_BACKENDS=$(find "$BUILD" -type f -name test_backends -perm -u+x 2>/dev/null | head -n 1)
   TRACE_TOOL=$(find "$BUILD" -type f -name journey-trace -perm -u+x 2>/dev/null | head -n 1)
+  TP_CUDA=$BUILD/tests/parallel/tp_cuda_exactness
 fi
 
 # ---- 2. the tests ----------------------------------------------------------------------------------
@@ -117,6 +123,21 @@ if runnable "$TEST_BACKENDS"; then
   step test_backends 180 "$TEST_BACKENDS" --reporters=console --duration=true
 else
   skip test_backends "this build has no test_backends target (the op test of tests/backends)"
+fi
+
+# ---- 2b. tensor parallelism on the GPU: 2 ranks under mpirun ---------------------------------------
+if ! command -v mpirun > /dev/null 2>&1; then
+  skip tp_cuda_exactness "no mpirun on this machine (Open MPI: openmpi-bin); the tensor-parallel checks need it"
+elif ! runnable "$TP_CUDA"; then
+  skip tp_cuda_exactness "no tp_cuda_exactness binary (a build without MPI, or the build failed)"
+else
+  step tp_cuda_exactness 240 bash tests/parallel/run_mpi.sh 2 "$TP_CUDA"
+  grep -E "^(ok|FAIL)|runs failed|error" "$OUT/tp_cuda_exactness.log" > "$OUT/tp_cuda_exactness.summary.txt" || true
+  # the command as a user runs it: the same greedy text as one process (stdout only; the stats go to stderr)
+  step tp_generate_cuda 90 bash -c "bash tests/parallel/run_mpi.sh 2 '$JOURNEY' generate --model data/stories260K \
+      --device cuda --tensor-parallel 2 --max-tokens 64 --temperature 0 'Once upon a time' > '$OUT/tp_generate.txt' &&
+    '$JOURNEY' generate --model data/stories260K --device cuda --max-tokens 64 --temperature 0 'Once upon a time' \
+      > '$OUT/one_generate.txt' && diff '$OUT/one_generate.txt' '$OUT/tp_generate.txt' && echo 'same text as one process'"
 fi
 
 # ---- 3. chapter 12, a generation on each device ------------------------------------------------------

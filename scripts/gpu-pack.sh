@@ -15,9 +15,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PACK=${1:-gpu-pack}
 BUILD=${BUILD:-build-gpu}
-TARGETS=${TARGETS:-"journey journey-trace test_cuda test_backends cuda_bench ch12_cuda"}
+TARGETS=${TARGETS:-"journey journey-trace test_cuda test_backends cuda_bench ch12_cuda tp_cuda_exactness"}
+# NCCL off by default: libnccl is ~220 MB, far over what may travel to the GPU machine (64 MiB in
+# all), and the one-GPU machine could not use it anyway (NCCL refuses two ranks on one GPU; the
+# tensor-parallel check runs host-staged there). JOURNEY_NCCL=ON where the GPU machine has its own.
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DJOURNEY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DJOURNEY_NATIVE=OFF -DJOURNEY_TESTS=ON -DJOURNEY_CHAPTERS=ON > /dev/null
+  -DJOURNEY_NATIVE=OFF -DJOURNEY_TESTS=ON -DJOURNEY_CHAPTERS=ON -DJOURNEY_NCCL="${JOURNEY_NCCL:-OFF}" > /dev/null
 available=$(cmake --build "$BUILD" --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p')
 build_targets=()
 for t in $TARGETS; do grep -qx "$t" <<< "$available" && build_targets+=("$t"); done
@@ -38,6 +41,6 @@ WRAP
   chmod +x "$PACK/bin/$t"
   # every shared library except the C library, the driver and the CUDA toolkit's own
   ldd "$exe" | awk '/=> \//{print $3}' | grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcublas[^/]*|libcudart[^/]*)\.so' \
-    | while read -r lib; do cp -Lu "$lib" "$PACK/lib/"; done
+    | { grep -v '/libnccl' || true; } | while read -r lib; do cp -Lu "$lib" "$PACK/lib/"; done
 done
 du -sh "$PACK"

@@ -63,9 +63,13 @@ Communicator* tensor_parallel_world(const std::string& device, const BackendFlag
            "run the whole command; pass --tensor-parallel ", launched, " to split the model over them");
     return nullptr;
   }
-  if (device != "cpu")
+  const bool cuda = device == "cuda" || device.rfind("cuda:", 0) == 0;
+  if (!cuda && flags.tp_transport != "auto")
+    fail("--tp-transport ", flags.tp_transport, ": only --device cuda chooses how its collectives travel (--device ",
+         device, " uses the MPI communicator)");
+  if (device != "cpu" && !cuda)
     fail("--tensor-parallel ", flags.tensor_parallel, ": --device ", device,
-         " has no tensor-parallel path in this build; use --device cpu");
+         " has no tensor-parallel path; use --device cpu or cuda");
   Communicator& world = mpi_world();
   if (world.size() != flags.tensor_parallel)
     fail("--tensor-parallel ", flags.tensor_parallel, " but the MPI world has ", world.size(), " process",
@@ -77,7 +81,8 @@ Communicator* tensor_parallel_world(const std::string& device, const BackendFlag
 
 // A follower's part of `journey trace`: the forward steps rank 0 traces, recorded into
 // DIR/rank<r>/ with the step marks rank 0's dump has (step 0 the prefill, then one per decode).
-void follow_with_trace(Backend& shard, Communicator& world, const LoadedModel& model, const BackendFlags& flags) {
+void follow_with_trace(Backend& shard, Communicator& world, const LoadedModel& model, const BackendFlags& flags,
+                       const std::string& transport) {
   const std::filesystem::path dir = std::filesystem::path(flags.follower_trace_dir) / cat("rank", world.rank());
   DumpSink sink(dir, flags.follower_trace_filters);
   std::vector<int32_t> prompt;  // [T] the prefill's tokens, for the manifest
@@ -93,7 +98,7 @@ void follow_with_trace(Backend& shard, Communicator& world, const LoadedModel& m
   m.generated_by_tool = cat("journey trace (rank ", world.rank(), " of ", world.size(), ")");
   m.model = manifest_model(model.path, shard.config());
   m.settings = backend_manifest_settings(shard);
-  m.tensor_parallel = manifest_tensor_parallel(shard.config(), world.rank(), world.size());
+  m.tensor_parallel = manifest_tensor_parallel(shard.config(), world.rank(), world.size(), transport);
   // the prompt as rank 0 fed it; its text and pieces where the model directory has a tokenizer
   std::unique_ptr<Tokenizer> tokenizer;
   try {
@@ -108,9 +113,35 @@ void follow_with_trace(Backend& shard, Communicator& world, const LoadedModel& m
   });
 }
 
+// A tensor-parallel rank's shard, made by make_backend for either device: on a follower, runs rank
+// 0's calls until told to stop and ends the process; on rank 0, prints the split and returns the
+// backend that drives the group. `transport`: how the forward pass's collectives travel.
+std::unique_ptr<Backend> join_tensor_parallel_group(std::unique_ptr<Backend> shard, Communicator& world,
+                                                   const LoadedModel& model, const BackendFlags& flags,
+                                                   const std::string& transport) {
+  if (world.rank() != 0) {
+    // mpirun passes a Ctrl-C or SIGTERM to every rank; a follower leaves when rank 0, having
+    // finished its own shutdown (a server's in-flight requests), tells it to
+    std::signal(SIGINT, SIG_IGN);
+    std::signal(SIGTERM, SIG_IGN);
+    if (flags.follower_trace_dir.empty())
+      run_tensor_parallel_follower(*shard, world);
+    else
+      follow_with_trace(*shard, world, model, flags, transport);
+    shard.reset();
+    std::exit(0);  // MPI is finalized at exit (parallel/communicator.cpp)
+  }
+  const ModelConfig& c = shard->config();
+  for (int r = 0; r < world.size(); ++r)
+    std::fprintf(stderr, "journey: tensor parallel over %s, %s\n", transport.c_str(),
+                 plan_shard(c, r, world.size(), model.path.string()).describe().c_str());
+  return make_tensor_parallel_backend(std::move(shard), world, transport);
+}
+
 }  // namespace
 
-ManifestTensorParallel manifest_tensor_parallel(const ModelConfig& config, int rank, int size) {
+ManifestTensorParallel manifest_tensor_parallel(const ModelConfig& config, int rank, int size,
+                                                const std::string& transport) {
   const TensorParallelShard s = plan_shard(config, rank, size, "the model");
   auto range = [](int64_t begin, int64_t n) { return nlohmann::json::array({begin, begin + n}); };
   ManifestTensorParallel m;
@@ -124,6 +155,7 @@ ManifestTensorParallel manifest_tensor_parallel(const ModelConfig& config, int r
   m.partials = {{std::string(stage_name(Stage::attn_out_partial)), "heads"},
                 {std::string(stage_name(Stage::ffn_out_partial)), "ffn_columns"},
                 {std::string(stage_name(Stage::logits_partial)), "vocabulary"}};
+  m.transport = transport;
   return m;
 }
 
@@ -143,8 +175,13 @@ void add_backend_flags(CLI::App* cmd, BackendFlags& flags) {
                 "copy the weights into memory instead of using them in place in the file's memory map");
   cmd->add_option("--tensor-parallel", flags.tensor_parallel,
                   "split the model over N MPI ranks (start with: mpirun -np N journey ... --tensor-parallel N; "
-                  "--device cpu)")
+                  "--device cpu or cuda)")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--tp-transport", flags.tp_transport,
+                  "--device cuda --tensor-parallel N: how the ranks' sums travel: auto (NCCL when every rank has its "
+                  "own GPU, else through host memory over MPI), nccl or host-staged")
+      ->check(CLI::IsMember({"auto", "nccl", "host-staged"}))
       ->capture_default_str();
 }
 
@@ -190,25 +227,7 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::strin
       options.communicator = world;
     }
     backend = make_cpu_backend(model, options);
-    if (world && world->rank() != 0) {
-      // mpirun passes a Ctrl-C or SIGTERM to every rank; a follower leaves when rank 0, having
-      // finished its own shutdown (a server's in-flight requests), tells it to
-      std::signal(SIGINT, SIG_IGN);
-      std::signal(SIGTERM, SIG_IGN);
-      if (flags.follower_trace_dir.empty())
-        run_tensor_parallel_follower(*backend, *world);
-      else
-        follow_with_trace(*backend, *world, model, flags);
-      backend.reset();
-      std::exit(0);  // MPI is finalized at exit (parallel/communicator.cpp)
-    }
-    if (world) {
-      const ModelConfig& c = backend->config();
-      for (int r = 0; r < world->size(); ++r)
-        std::fprintf(stderr, "journey: tensor parallel over %s, %s\n", world->transport().c_str(),
-                     plan_shard(c, r, world->size(), model.path.string()).describe().c_str());
-      backend = make_tensor_parallel_backend(std::move(backend), *world);
-    }
+    if (world) backend = join_tensor_parallel_group(std::move(backend), *world, model, flags, world->transport());
     if (info) info->in_place_bytes = report.bytes_in_place, info->copied_bytes = report.bytes_copied;
   } else if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
 #if defined(JOURNEY_HAVE_CUDA)
@@ -217,8 +236,19 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::strin
     if (type == "f32") options.dtype = DType::F32;
     else if (type == "f16") options.dtype = DType::F16;
     else if (type != "bf16") fail("--device ", device, ": the weight type after \"cuda:\" must be bf16, f16 or f32");
-    if (cuda_device_count() == 0) fail("--device ", device, ": no CUDA device visible (cudaGetDeviceCount found none)");
-    backend = make_cuda_backend(model, options);
+    const int devices = cuda_device_count();
+    if (devices == 0) fail("--device ", device, ": no CUDA device visible (cudaGetDeviceCount found none)");
+    options.tp_transport = flags.tp_transport;
+    if (world) {
+      // rank r on device r % devices: one GPU each where there are enough, else ranks share
+      // (the transport then goes through host memory: parallel/device_transport.h)
+      options.device = world->rank() % devices;
+      options.communicator = world;
+    }
+    std::unique_ptr<CudaBackend> cuda = make_cuda_backend(model, options);
+    const std::string transport = cuda->stats().tp_transport;
+    backend = std::move(cuda);
+    if (world) backend = join_tensor_parallel_group(std::move(backend), *world, model, flags, transport);
 #else
     fail("--device ", device, ": journey was built without CUDA (JOURNEY_CUDA=OFF); rebuild with -DJOURNEY_CUDA=ON");
 #endif

@@ -21,6 +21,7 @@ struct BackendFlags {
   std::string kv_cache_dtype = "f32"; // f32 | f16 | bf16 | q8_0 (the fast CPU backend only)
   bool no_mmap = false;               // copy the weights into memory instead of using the file's mapping
   int tensor_parallel = 1;            // ranks of the MPI world the model is split over (src/parallel)
+  std::string tp_transport = "auto";  // --device cuda: auto | nccl | host-staged (parallel/device_transport.h)
   // `journey trace --tensor-parallel N`: each follower rank r writes its own dump to
   // follower_trace_dir/rank<r>/ with these filters (empty: followers trace nothing).
   std::string follower_trace_dir;
@@ -61,8 +62,10 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::strin
 void follow_if_tensor_parallel_follower(const std::string& model_path, const std::string& device,
                                         const BackendFlags& flags);
 
-// The manifest entry of rank `rank` of a group of `size` over this model (trace/manifest.h).
-ManifestTensorParallel manifest_tensor_parallel(const ModelConfig& config, int rank, int size);
+// The manifest entry of rank `rank` of a group of `size` over this model (trace/manifest.h), whose
+// collectives travel over `transport`.
+ManifestTensorParallel manifest_tensor_parallel(const ModelConfig& config, int rank, int size,
+                                                const std::string& transport);
 
 // The help text of the flag, listing what this build supports.
 const char* device_flag_help();

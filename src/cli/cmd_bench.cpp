@@ -130,6 +130,7 @@ void register_bench(CLI::App& app) {
       const CommunicatorCounters& c = s->communication;
       const double steps = double(s->forward_steps), tokens = double(s->tokens);
       tp = {{"ranks", args->backend.tensor_parallel},
+            {"transport", s->transport},
             {"forward_steps", s->forward_steps},
             {"tokens", s->tokens},
             {"all_reduces", c.all_reduces},
@@ -137,12 +138,12 @@ void register_bench(CLI::App& app) {
             {"all_reduce_bytes_per_token", double(c.all_reduce_bytes) / tokens},
             {"logit_gather_bytes_per_step", double(c.gather_bytes) / steps},
             {"call_broadcast_bytes_per_step", double(c.broadcast_bytes) / steps}};
-      char line[512];
+      char line[1024];
       std::snprintf(line, sizeof line,
-                    "tensor parallel %d: %lld forward steps, %lld tokens; %.1f all-reduces per step (2 per layer), "
+                    "tensor parallel %d over %s: %lld forward steps, %lld tokens; %.1f all-reduces per step (2 per layer), "
                     "%.0f bytes all-reduced per token (each rank's buffer), %.0f logit bytes gathered to rank 0 per "
                     "step, %.0f bytes of calls broadcast per step\n",
-                    args->backend.tensor_parallel, static_cast<long long>(s->forward_steps),
+                    args->backend.tensor_parallel, s->transport.c_str(), static_cast<long long>(s->forward_steps),
                     static_cast<long long>(s->tokens), double(c.all_reduces) / steps,
                     double(c.all_reduce_bytes) / tokens, double(c.gather_bytes) / steps,
                     double(c.broadcast_bytes) / steps);

@@ -27,6 +27,7 @@
 #include "engine/logit_lens.h"
 #include "engine/traced_generation.h"
 #include "engine/generate.h"
+#include "parallel/tensor_parallel.h"
 #include "text/chat_template.h"
 #include "trace/dump_sink.h"
 #include "trace/filters.h"
@@ -137,8 +138,11 @@ void run_trace(const TraceArgs& args) {
   m.template_text = template_text;
   for (int id : ids) m.tokens.push_back({id, tokenizer.piece(id)});
   m.settings = backend_manifest_settings(*session.backend);
-  if (args.flags.backend.tensor_parallel > 1)
-    m.tensor_parallel = manifest_tensor_parallel(session.backend->config(), 0, args.flags.backend.tensor_parallel);
+  if (args.flags.backend.tensor_parallel > 1) {
+    const auto group = tensor_parallel_stats(*session.backend);
+    m.tensor_parallel = manifest_tensor_parallel(session.backend->config(), 0, args.flags.backend.tensor_parallel,
+                                                 group ? group->transport : "");
+  }
   m.settings.update({{"sampling",
                  {{"temperature", request.sampling.temperature},
                   {"top_k", request.sampling.top_k},

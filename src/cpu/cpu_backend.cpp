@@ -91,28 +91,20 @@ class WeightLoader {
   // Output rows [begin, begin + n) of a matrix (a tensor-parallel shard of q/k/v, gate/up, the LM
   // head): whole rows are contiguous, so this is the same matrix starting `begin` rows later.
   StoredMatrix matrix_rows(WeightRole role, int layer, int64_t begin, int64_t n) {
-    return rows_of(checked(role, layer), begin, n);
+    const TensorRef slice = shard_rows(checked(role, layer), begin, n);
+    return rows_of(slice, 0, n);
   }
 
   // Input columns [begin, begin + n) of every row (the tensor-parallel shard of o_proj and
-  // down_proj): not contiguous, so copied row by row. A stored block of 32 or 256 values cannot be
-  // cut, so the range must fall on block boundaries.
+  // down_proj): not contiguous, so copied row by row (parallel/shard.h cuts them, and refuses a
+  // range that falls inside a stored block).
   StoredMatrix matrix_columns(WeightRole role, int layer, int64_t begin, int64_t n, int tp_size) {
     const TensorRef& t = checked(role, layer);
-    const int64_t rows = t.shape[0], in = t.shape[1], block = dtype_block_size(t.dtype);
-    if (begin == 0 && n == in) return rows_of(t, 0, rows);
-    if (begin % block != 0 || n % block != 0)
-      fail("tensor ", t.name, " in ", t.source, " (", dtype_name(t.dtype), "): --tensor-parallel ", tp_size,
-           " splits its ", in, " input columns into ", n, " per rank, which is not a multiple of the ",
-           dtype_name(t.dtype), " block size ", block, "; a stored block cannot be split across ranks (choose a size ",
-           "that leaves a whole number of blocks per rank)");
-    const size_t row_bytes = size_t(dtype_bytes_for(t.dtype, in));
-    const size_t skip = size_t(dtype_bytes_for(t.dtype, begin)), keep = size_t(dtype_bytes_for(t.dtype, n));
+    if (begin == 0 && n == t.shape[1]) return rows_of(t, 0, t.shape[0]);
     StoredMatrix m;
     m.view.type = t.dtype;
-    m.copy.resize(keep * size_t(rows));  // [rows, n] in the stored type
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(m.copy.data() + size_t(r) * keep, t.data + size_t(r) * row_bytes + skip, keep);
+    m.copy.resize(shard_columns_bytes(t, begin, n, tp_size));  // [rows, n] in the stored type
+    shard_columns(t, begin, n, tp_size, m.copy.data());
     m.view.data = m.copy.data();
     report_.bytes_copied += int64_t(m.copy.size());
     return m;
@@ -126,9 +118,9 @@ class WeightLoader {
 
   // Elements [begin, begin + n) of a vector (a bias's tensor-parallel shard), widened to f32.
   HugePageFloats vector_range(WeightRole role, int layer, int64_t begin, int64_t n) {
-    const std::vector<float> widened = checked(role, layer).to_f32();
+    const std::vector<float> widened = shard_rows(checked(role, layer), begin, n).to_f32();
     report_.bytes_copied += n * int64_t(sizeof(float));
-    return HugePageFloats(widened.begin() + begin, widened.begin() + begin + n);
+    return HugePageFloats(widened.begin(), widened.end());
   }
 
   // Brings every in-place matrix's pages into memory now (MADV_POPULATE_READ, or one read per

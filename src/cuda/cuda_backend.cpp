@@ -25,7 +25,10 @@
 
 #include "core/error.h"
 #include "core/shape.h"
+#include "cuda/device_collectives.h"
 #include "cuda/kernels.h"
+#include "parallel/communicator.h"
+#include "parallel/shard.h"
 #include "trace/sink.h"
 
 namespace journey {
@@ -145,9 +148,9 @@ bool kept_as_stored(DType type) {
   return std::find(kept.begin(), kept.end(), type) != kept.end();
 }
 
-// f32 vectors (norm weights, biases) go up as f32.
-DeviceBuffer upload_f32(const WeightStore& weights, const std::string& name, const std::vector<int64_t>& shape) {
-  const std::vector<float> values = checked_tensor(weights, name, shape).to_f32();
+// f32 vectors (norm weights, biases) go up as f32: the whole tensor, or a shard's slice of it.
+DeviceBuffer upload_f32(const TensorRef& t) {
+  const std::vector<float> values = t.to_f32();
   DeviceBuffer buffer(values.size() * sizeof(float));
   CUDA_CHECK(cudaMemcpy(buffer.get(), values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice));
   return buffer;
@@ -157,9 +160,9 @@ DeviceBuffer upload_f32(const WeightStore& weights, const std::string& name, con
 // type, otherwise widened to f32 and rounded to nearest even on the host. Quantized matrices of a
 // block type the kernels read (cuda_weight_types) are copied as stored, blocks and all, unless
 // keep_quantized is off; other block types (q5_0, q2_K, ...) are dequantized and then rounded.
-DeviceMatrix upload_matrix(const WeightStore& weights, const std::string& name, const std::vector<int64_t>& shape,
-                           DType type, bool keep_quantized) {
-  const TensorRef& t = checked_tensor(weights, name, shape);
+// `t`: the whole checked tensor, or a tensor-parallel shard's slice of it (parallel/shard.h).
+DeviceMatrix upload_matrix(const TensorRef& t, DType type, bool keep_quantized) {
+  const std::string& name = t.name;
   DeviceMatrix m;
   if (keep_quantized && dtype_is_quantized(t.dtype) && kept_as_stored(t.dtype)) {
     m.type = t.dtype;
@@ -242,7 +245,9 @@ class CudaBackendImpl : public CudaBackend {
   }
   void copy_kv_block(int32_t src, int32_t dst) override;
   ForwardOutput forward(const ForwardBatch& batch, TraceSink* sink) override;
-  bool samples_on_device() const override { return true; }
+  // (under tensor parallelism each rank holds a slice of the vocabulary: rank 0 samples on the host
+  // from the gathered logits)
+  bool samples_on_device() const override { return collectives_ == nullptr; }
   std::vector<int32_t> forward_sample(const ForwardBatch& batch, std::span<const DeviceSampling> params,
                                       TraceSink* sink) override;
   DType weight_dtype() const override { return options_.dtype; }
@@ -283,12 +288,32 @@ class CudaBackendImpl : public CudaBackend {
   void enqueue_decode(int64_t S, const StepLayout& layout, int64_t table_stride, bool samples);
   void run_captured(const GraphKey& key, const StepLayout& layout);
   void release_graphs();
+  // The LM head's output for `rows` rows: logits_ [rows, V] on one process; under tensor
+  // parallelism this rank's slice logits_slice_ [rows, Vs], which the caller then gathers.
+  float* head_output() const { return collectives_ ? logits_slice_.f() : logits_.f(); }
+  // Tensor parallelism: the vocabulary slices of `rows` rows gathered into rank 0's logits_ [rows, V].
+  void gather_logits(int64_t rows) {
+    if (collectives_)
+      collectives_->gather_columns(logits_.f(), logits_slice_.f(), rows, Vs_, gather_staging_.f(), stream_);
+  }
+  // Tensor parallelism: the partial sums [rows, E] of this rank's heads or FFN columns become the whole.
+  void all_reduce(float* partial, int64_t rows) {
+    if (collectives_) collectives_->all_reduce_sum(partial, rows * E_, stream_);
+  }
+  // The vocabulary width of the logits this rank returns: V, or under tensor parallelism Vs on ranks other than 0.
+  int64_t returned_vocab() const { return collectives_ && communicator_->rank() != 0 ? Vs_ : V_; }
 
   ModelConfig config_;
   std::string stored_weight_types_;  // as the file stores them (weight_type_summary)
   CudaOptions options_;
   std::string device_name_;
-  int64_t E_, F_, L_, H_, KVH_, D_, V_;
+  // hidden, FFN columns, layers, heads, kv heads, head_dim, vocabulary, vocabulary rows of the LM
+  // head: F_, H_, KVH_, Vs_ are this rank's share under tensor parallelism (shard_), the model's
+  // otherwise; V_ is always the model's.
+  int64_t E_, F_, L_, H_, KVH_, D_, V_, Vs_;
+  TensorParallelShard shard_;        // the whole model when not tensor-parallel (rank 0 of 1)
+  Communicator* communicator_ = nullptr;               // null when not tensor-parallel
+  std::unique_ptr<DeviceCollectives> collectives_;     // null when not tensor-parallel
   bool decode_kernels_fit_ = true;  // paged_attention_decode handles this head_dim
   bool early_launch_ = false;       // options_.early_launch on a device that has it (sm_90+)
   cudaStream_t stream_ = nullptr;
@@ -299,7 +324,7 @@ class CudaBackendImpl : public CudaBackend {
   DeviceMatrix embed_tokens_;           // [V, E]
   std::vector<LayerWeights> layers_;    // [L]
   DeviceBuffer final_norm_;             // [E] f32
-  DeviceMatrix lm_head_own_;            // [V, E] (empty when tied)
+  DeviceMatrix lm_head_own_;            // [Vs, E] (empty when tied and not tensor-parallel)
   const DeviceMatrix* lm_head_ = nullptr;
 
   int64_t num_blocks_ = 0, block_size_ = 0;
@@ -311,6 +336,7 @@ class CudaBackendImpl : public CudaBackend {
   PinnedBuffer host_sample_inputs_;          // a plain step's sampling inputs
   DeviceBuffer step_inputs_;                 // the device copy of host_inputs_ (StepLayout)
   DeviceBuffer x_, xn_, q_, k_, v_, context_, attn_out_, gate_, up_, act_, ffn_out_;  // f32 activations
+  DeviceBuffer logits_slice_, gather_staging_;  // tensor parallelism: [R, Vs] this rank's, [size, R, Vs] NCCL's all-gather
   DeviceBuffer head_in_, logits_, last_rows_, probs_, scores_, weights_, scratch_, sampled_, plain_params_;
   std::vector<float> trace_host_;  // the host copy handed to a trace sink
 
@@ -335,6 +361,12 @@ CudaBackendImpl::CudaBackendImpl(const LoadedModel& model, const CudaOptions& op
   E_ = c.hidden_size, F_ = c.intermediate_size, L_ = c.num_layers, H_ = c.num_heads, KVH_ = c.num_kv_heads;
   V_ = c.vocab_size;
   config_.head_dim = D_;
+  const bool parallel = options.communicator != nullptr && options.communicator->size() > 1;
+  shard_ = plan_shard(config_, parallel ? options.communicator->rank() : 0, parallel ? options.communicator->size() : 1,
+                      where);
+  if (parallel) communicator_ = options.communicator;
+  H_ = shard_.heads, KVH_ = shard_.kv_heads, F_ = shard_.ffn_columns, Vs_ = shard_.vocab_rows;
+  const TensorParallelShard& sh = shard_;
   decode_kernels_fit_ = D_ % 4 == 0 ? D_ / 4 <= 256 : D_ <= 256;
 
   CUDA_CHECK(cudaSetDevice(options.device));
@@ -348,39 +380,70 @@ CudaBackendImpl::CudaBackendImpl(const LoadedModel& model, const CudaOptions& op
   const size_t workspace_bytes = size_t(32) << 20;  // cuBLAS's recommendation for Hopper
   cublas_workspace_.grow(workspace_bytes);
   JOURNEY_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.get(), workspace_bytes));
+  if (parallel) {
+    // collective: every rank of the group is here at once (the device ids go round, NCCL joins)
+    collectives_ = make_device_collectives(*communicator_, options.device, options.tp_transport);
+    stats_.tp_transport = collectives_->describe();
+    if (!collectives_->capturable() && options_.graphs) {
+      options_.graphs = false;
+      stats_.graph_error = cat("CUDA graphs off: tensor parallelism over ", collectives_->describe(),
+                               " waits on the host for MPI in the middle of the step, which a graph cannot hold");
+    }
+  }
 
   const WeightStore& w = model.weights;
   const DType type = options.dtype;
   const bool keep = options.keep_quantized;
-  embed_tokens_ = upload_matrix(w, "model.embed_tokens.weight", {V_, E_}, type, keep);
+  // The whole tensor, checked against the config's shape.
+  auto tensor = [&](const std::string& name, const std::vector<int64_t>& shape) -> const TensorRef& {
+    return checked_tensor(w, name, shape);
+  };
+  // This rank's output rows / input columns of a matrix (the whole matrix without tensor parallelism).
+  auto rows = [&](const std::string& name, const std::vector<int64_t>& shape, int64_t begin, int64_t n) {
+    return upload_matrix(shard_rows(tensor(name, shape), begin, n), type, keep);
+  };
+  auto columns = [&](const std::string& name, const std::vector<int64_t>& shape, int64_t begin, int64_t n) {
+    const TensorRef& t = tensor(name, shape);
+    if (begin == 0 && n == shape[1]) return upload_matrix(t, type, keep);
+    std::vector<std::byte> storage(shard_columns_bytes(t, begin, n, sh.size));  // [rows, n] in the stored type
+    return upload_matrix(shard_columns(t, begin, n, sh.size, storage.data()), type, keep);
+  };
+  auto vector_range = [&](const std::string& name, int64_t length, int64_t begin, int64_t n) {
+    return upload_f32(shard_rows(tensor(name, {length}), begin, n));
+  };
+  const int64_t HD = c.num_heads * D_, KVD = c.num_kv_heads * D_, FF = c.intermediate_size;  // the model's widths
+  embed_tokens_ = upload_matrix(tensor("model.embed_tokens.weight", {V_, E_}), type, keep);
   layers_.resize(size_t(L_));
   for (int64_t i = 0; i < L_; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights& lw = layers_[size_t(i)];
-    lw.attn_norm = upload_f32(w, p + "input_layernorm.weight", {E_});
-    lw.wq = upload_matrix(w, p + "self_attn.q_proj.weight", {H_ * D_, E_}, type, keep);
-    lw.wk = upload_matrix(w, p + "self_attn.k_proj.weight", {KVH_ * D_, E_}, type, keep);
-    lw.wv = upload_matrix(w, p + "self_attn.v_proj.weight", {KVH_ * D_, E_}, type, keep);
+    lw.attn_norm = upload_f32(tensor(p + "input_layernorm.weight", {E_}));
+    // (this rank's heads: rows of q/k/v, columns of o_proj; the whole matrices without tensor parallelism)
+    lw.wq = rows(p + "self_attn.q_proj.weight", {HD, E_}, sh.head_begin * D_, H_ * D_);
+    lw.wk = rows(p + "self_attn.k_proj.weight", {KVD, E_}, sh.kv_head_begin * D_, KVH_ * D_);
+    lw.wv = rows(p + "self_attn.v_proj.weight", {KVD, E_}, sh.kv_head_begin * D_, KVH_ * D_);
     if (c.attention_bias) {
-      lw.bq = upload_f32(w, p + "self_attn.q_proj.bias", {H_ * D_});
-      lw.bk = upload_f32(w, p + "self_attn.k_proj.bias", {KVH_ * D_});
-      lw.bv = upload_f32(w, p + "self_attn.v_proj.bias", {KVH_ * D_});
+      lw.bq = vector_range(p + "self_attn.q_proj.bias", HD, sh.head_begin * D_, H_ * D_);
+      lw.bk = vector_range(p + "self_attn.k_proj.bias", KVD, sh.kv_head_begin * D_, KVH_ * D_);
+      lw.bv = vector_range(p + "self_attn.v_proj.bias", KVD, sh.kv_head_begin * D_, KVH_ * D_);
     }
     if (c.qk_norm) {
-      lw.q_norm = upload_f32(w, p + "self_attn.q_norm.weight", {D_});
-      lw.k_norm = upload_f32(w, p + "self_attn.k_norm.weight", {D_});
+      lw.q_norm = upload_f32(tensor(p + "self_attn.q_norm.weight", {D_}));
+      lw.k_norm = upload_f32(tensor(p + "self_attn.k_norm.weight", {D_}));
     }
-    lw.wo = upload_matrix(w, p + "self_attn.o_proj.weight", {E_, H_ * D_}, type, keep);
-    lw.ffn_norm = upload_f32(w, p + "post_attention_layernorm.weight", {E_});
-    lw.w_gate = upload_matrix(w, p + "mlp.gate_proj.weight", {F_, E_}, type, keep);
-    lw.w_up = upload_matrix(w, p + "mlp.up_proj.weight", {F_, E_}, type, keep);
-    lw.w_down = upload_matrix(w, p + "mlp.down_proj.weight", {E_, F_}, type, keep);
+    lw.wo = columns(p + "self_attn.o_proj.weight", {E_, HD}, sh.head_begin * D_, H_ * D_);
+    lw.ffn_norm = upload_f32(tensor(p + "post_attention_layernorm.weight", {E_}));
+    lw.w_gate = rows(p + "mlp.gate_proj.weight", {FF, E_}, sh.ffn_begin, F_);
+    lw.w_up = rows(p + "mlp.up_proj.weight", {FF, E_}, sh.ffn_begin, F_);
+    lw.w_down = columns(p + "mlp.down_proj.weight", {E_, FF}, sh.ffn_begin, F_);
   }
-  final_norm_ = upload_f32(w, "model.norm.weight", {E_});
-  if (c.tie_word_embeddings && !w.has("lm_head.weight")) {
+  final_norm_ = upload_f32(tensor("model.norm.weight", {E_}));
+  const bool tied = c.tie_word_embeddings && !w.has("lm_head.weight");
+  if (tied && Vs_ == V_) {
     lm_head_ = &embed_tokens_;  // tied: logits = h embed_tokens^T
   } else {
-    lm_head_own_ = upload_matrix(w, "lm_head.weight", {V_, E_}, type, keep);
+    // this rank's vocabulary rows (of the embedding table when tied)
+    lm_head_own_ = rows(tied ? "model.embed_tokens.weight" : "lm_head.weight", {V_, E_}, sh.vocab_begin, Vs_);
     lm_head_ = &lm_head_own_;
   }
   // Prefill multiplies a quantized matrix through cuBLAS after dequantizing it into this bf16
@@ -390,7 +453,7 @@ CudaBackendImpl::CudaBackendImpl(const LoadedModel& model, const CudaOptions& op
     // (f32 when the backend computes in f32: `cuda:f32`, the mode that must match the CPU)
     if (dtype_is_quantized(m.type)) scratch = std::max(scratch, size_t(rows * cols) * (options_.dtype == DType::F32 ? 4 : 2));
   };
-  need(*lm_head_, V_, E_);
+  need(*lm_head_, Vs_, E_);
   for (const LayerWeights& lw : layers_) {
     need(lw.wq, H_ * D_, E_), need(lw.wk, KVH_ * D_, E_), need(lw.wv, KVH_ * D_, E_), need(lw.wo, E_, H_ * D_);
     need(lw.w_gate, F_, E_), need(lw.w_up, F_, E_), need(lw.w_down, E_, F_);
@@ -480,6 +543,10 @@ void CudaBackendImpl::size_activations(int64_t N, int64_t R) {
   ensure(ffn_out_, size_t(N * E) * f);         // [N, E]
   ensure(head_in_, size_t(R * E) * f);         // [R, E]
   ensure(logits_, size_t(R * V) * f);          // [R, V]
+  if (collectives_) {
+    ensure(logits_slice_, size_t(R * Vs_) * f);                              // [R, Vs]
+    ensure(gather_staging_, size_t(communicator_->size() * R * Vs_) * f);    // [size, R, Vs]
+  }
   // activations narrowed to bf16/f16 for cuBLAS: the widest matrix input is [N, max(E, F, H*D)]
   ensure(scratch_, size_t(std::max(N, R) * std::max({E, F, H * D})) * 2);
 }
@@ -640,6 +707,8 @@ std::vector<int64_t> CudaBackendImpl::forward_plain(const ForwardBatch& batch, T
 
     // output projection, then the residual connection (fused with the FFN's RMSNorm)
     cuda::linear(attn_out, context, lw.wo.view(), nullptr, N, H * D, E, lc);
+    // tensor parallelism: each rank's product covers its heads only; the sum over ranks is the whole
+    all_reduce(attn_out, N);
     JOURNEY_TRACE(sink, Stage::attn_out, il, host_copy(attn_out, {N, E}));
     if (fused(Stage::resid_attn, il, Stage::ffn_norm, il)) {
       cuda::residual_add_rms_norm(x, xn, attn_out, lw.ffn_norm.f(), N, E, eps, s);
@@ -658,6 +727,8 @@ std::vector<int64_t> CudaBackendImpl::forward_plain(const ForwardBatch& batch, T
     cuda::swiglu(act, gate, up, N * F, s);
     JOURNEY_TRACE(sink, Stage::act, il, host_copy(act, {N, F}));
     cuda::linear(ffn_out, act, lw.w_down.view(), nullptr, N, F, E, lc);
+    // tensor parallelism: each rank's product covers its FFN columns only; the sum over ranks is the whole
+    all_reduce(ffn_out, N);
     JOURNEY_TRACE(sink, Stage::ffn_out, il, host_copy(ffn_out, {N, E}));
 
     // residual connection, fused with the next RMSNorm (the next layer's attn_norm, or the final norm)
@@ -681,8 +752,12 @@ std::vector<int64_t> CudaBackendImpl::forward_plain(const ForwardBatch& batch, T
 
   // LM head over the rows that get logits (gathered as embedding rows of the f32 table xn)
   cuda::embedding_gather(head_in_.f(), {xn, DType::F32}, device_input<int32_t>(layout.logit_rows), R, E, s);
-  cuda::linear(logits_.f(), head_in_.f(), lm_head_->view(), nullptr, R, E, V, lc);
-  JOURNEY_TRACE(sink, Stage::logits, -1, host_copy(logits_.f(), {R, V}));
+  // (tensor parallelism: this rank's vocabulary slice, gathered side by side into [R, V] on rank 0;
+  // the other ranks trace their slice [R, Vs])
+  cuda::linear(head_output(), head_in_.f(), lm_head_->view(), nullptr, R, E, Vs_, lc);
+  gather_logits(R);
+  const bool whole = returned_vocab() == V;
+  JOURNEY_TRACE(sink, Stage::logits, -1, host_copy(whole ? logits_.f() : logits_slice_.f(), {R, returned_vocab()}));
   return row_begin;
 }
 
@@ -697,7 +772,10 @@ void CudaBackendImpl::enqueue_decode(int64_t S, const StepLayout& layout, int64_
                                 table_stride, S};
   // One sequence: the fused GEMVs (the normalized vector, the projections' outputs and gate/up
   // never go to memory). Several: cuBLAS products of S rows and the fused residual + norm kernel.
+  // Under tensor parallelism a product's partial sum must be all-reduced before the residual add,
+  // so the fused "GEMV + residual add" becomes GEMV, all-reduce, add.
   const bool fused = options_.fuse && S == 1 && options_.gemv_version == 4;
+  const bool parallel = collectives_ != nullptr;
   const cuda::LinearContext lc = linear_context(/*early=*/S == 1);
   float *x = x_.f(), *xn = xn_.f(), *q = q_.f(), *k = k_.f(), *v = v_.f(), *context = context_.f();
   float *attn_out = attn_out_.f(), *gate = gate_.f(), *up = up_.f(), *act = act_.f(), *ffn_out = ffn_out_.f();
@@ -722,7 +800,13 @@ void CudaBackendImpl::enqueue_decode(int64_t S, const StepLayout& layout, int64_
     const bool last_layer = l + 1 == L_;
     const float* next_norm = last_layer ? final_norm_.f() : layers_[size_t(l + 1)].attn_norm.f();
     if (fused) {
-      cuda::linear_residual_add(x, context, lw.wo.view(), H * D, E, lc);
+      if (parallel) {
+        cuda::linear(attn_out, context, lw.wo.view(), nullptr, 1, H * D, E, lc);
+        all_reduce(attn_out, 1);
+        cuda::residual_add(x, x, attn_out, E, s);
+      } else {
+        cuda::linear_residual_add(x, context, lw.wo.view(), H * D, E, lc);
+      }
       if (lw.w_gate.type == lw.w_up.type) {
         cuda::rms_norm_swiglu(act, x, lw.ffn_norm.f(), eps, lw.w_gate.view(), lw.w_up.view(), E, F, lc);
       } else {  // one launch reads gate and up together only when they share a type
@@ -731,10 +815,17 @@ void CudaBackendImpl::enqueue_decode(int64_t S, const StepLayout& layout, int64_
         cuda::linear_shared_input(xn, 1, E, gate_up, lc);
         cuda::swiglu(act, gate, up, F, s);
       }
-      cuda::linear_residual_add(x, act, lw.w_down.view(), F, E, lc);
+      if (parallel) {
+        cuda::linear(ffn_out, act, lw.w_down.view(), nullptr, 1, F, E, lc);
+        all_reduce(ffn_out, 1);
+        cuda::residual_add(x, x, ffn_out, E, s);
+      } else {
+        cuda::linear_residual_add(x, act, lw.w_down.view(), F, E, lc);
+      }
       continue;
     }
     cuda::linear(attn_out, context, lw.wo.view(), nullptr, S, H * D, E, lc);
+    all_reduce(attn_out, S);  // tensor parallelism: the sum of the ranks' heads
     if (options_.fuse) {
       cuda::residual_add_rms_norm(x, xn, attn_out, lw.ffn_norm.f(), S, E, eps, s);
     } else {
@@ -745,6 +836,7 @@ void CudaBackendImpl::enqueue_decode(int64_t S, const StepLayout& layout, int64_
     cuda::linear_shared_input(xn, S, E, gate_up, lc);
     cuda::swiglu(act, gate, up, S * F, s);
     cuda::linear(ffn_out, act, lw.w_down.view(), nullptr, S, F, E, lc);
+    all_reduce(ffn_out, S);  // tensor parallelism: the sum of the ranks' FFN columns
     if (options_.fuse) {
       cuda::residual_add_rms_norm(x, xn, ffn_out, next_norm, S, E, eps, s);
       norm_done = true;
@@ -754,13 +846,15 @@ void CudaBackendImpl::enqueue_decode(int64_t S, const StepLayout& layout, int64_
     }
   }
   // final RMSNorm and the LM head (every row of a decode step gets logits)
-  const cuda::LinearTarget head[] = {{logits_.f(), lm_head_->view(), nullptr, V}};
+  // (tensor parallelism: this rank's vocabulary slice, gathered into [S, V] on rank 0)
+  const cuda::LinearTarget head[] = {{head_output(), lm_head_->view(), nullptr, Vs_}};
   if (fused) {
     cuda::rms_norm_linear_shared_input(x, final_norm_.f(), eps, E, head, lc);
   } else {
     if (!norm_done) cuda::rms_norm(xn, x, final_norm_.f(), S, E, eps, s);
-    cuda::linear(logits_.f(), xn, lm_head_->view(), nullptr, S, E, V, lc);
+    cuda::linear(head_output(), xn, lm_head_->view(), nullptr, S, E, Vs_, lc);
   }
+  gather_logits(S);
   if (samples)
     cuda::sample_rows(sampled_.get<int32_t>(), logits_.f(), device_input<DeviceSampling>(layout.params), probs_.f(), S,
                       V, s);
@@ -860,7 +954,10 @@ void CudaBackendImpl::forward_decode(const ForwardBatch& batch, std::span<const 
 ForwardOutput CudaBackendImpl::forward(const ForwardBatch& batch, TraceSink* sink) {
   validate_forward_batch(batch, config_, num_blocks_, block_size_);
   ForwardOutput out;
-  out.vocab_size = V_;
+  // rank 0 (and a single process): [R, V]; under tensor parallelism the other ranks return their
+  // vocabulary slice [R, Vs], as the CPU backend's do
+  const int64_t width = returned_vocab();
+  out.vocab_size = width;
   if (is_decode_step(batch, sink)) {
     forward_decode(batch, {});
     for (int64_t i = 0; i <= int64_t(batch.sequences.size()); ++i) out.row_begin.push_back(i);
@@ -868,17 +965,26 @@ ForwardOutput CudaBackendImpl::forward(const ForwardBatch& batch, TraceSink* sin
     out.row_begin = forward_plain(batch, sink);
   }
   const int64_t R = out.row_begin.back();
-  const size_t bytes = size_t(R * V_) * sizeof(float);
+  if (collectives_) {
+    int64_t N = 0;
+    for (const SequenceInput& seq : batch.sequences) N += int64_t(seq.tokens.size());
+    collectives_->count_step(2 * L_, N * E_, R, Vs_);  // two all-reduces of [N, E] per layer, one gather
+  }
+  const size_t bytes = size_t(R * width) * sizeof(float);
   host_outputs_.grow(bytes);
-  CUDA_CHECK(cudaMemcpyAsync(host_outputs_.at<void>(0), logits_.get(), bytes, cudaMemcpyDeviceToHost, stream_));
+  const void* result = width == V_ ? logits_.get() : logits_slice_.get();
+  CUDA_CHECK(cudaMemcpyAsync(host_outputs_.at<void>(0), result, bytes, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // the one wait of the step
-  out.logits.resize(size_t(R * V_));  // [R, V]
+  out.logits.resize(size_t(R * width));  // [R, width]
   std::memcpy(out.logits.data(), host_outputs_.at<void>(0), bytes);
   return out;
 }
 
 std::vector<int32_t> CudaBackendImpl::forward_sample(const ForwardBatch& batch,
                                                      std::span<const DeviceSampling> params, TraceSink* sink) {
+  if (collectives_)
+    fail("forward_sample: under tensor parallelism each rank holds a slice of the vocabulary; sample from forward()'s ",
+         "gathered logits on rank 0 (samples_on_device() is false)");
   if (params.size() != batch.sequences.size())
     fail("forward_sample: ", params.size(), " sampling parameter sets for ", batch.sequences.size(), " sequences");
   for (const DeviceSampling& p : params)

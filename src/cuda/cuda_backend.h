@@ -26,6 +26,8 @@
 
 namespace journey {
 
+class Communicator;
+
 struct CudaOptions {
   DType dtype = DType::BF16;  // weight type on the device: BF16, F16 or F32 (norm weights and biases stay f32)
   bool keep_quantized = true; // GGUF blocks of a type in cuda_weight_types() stay as stored (else widened to dtype)
@@ -35,6 +37,16 @@ struct CudaOptions {
   bool fast_decode = true;    // decode steps through the batched decode kernels (positions on the device)
   bool graphs = true;         // ... captured in a CUDA graph and replayed (needs fast_decode)
   bool early_launch = true;   // programmatic dependent launch of the decode GEMVs (Hopper and later)
+  // Tensor parallelism (parallel/shard.h), as CpuOptions::communicator: with a communicator of size
+  // n > 1 this backend holds rank communicator->rank()'s shard (its heads, its KV heads in a KV pool
+  // of its own, its FFN columns and vocabulary rows), all-reduces after the attention output and
+  // the FFN down projection, and gathers the logits to rank 0 (the other ranks' logits are their
+  // vocabulary slice). Every rank of the group must make its backend at the same time (setting up
+  // the transport is collective). Null: the whole model on this device. Not owned.
+  Communicator* communicator = nullptr;
+  // How the collectives travel (parallel/device_transport.h): "auto" (NCCL when every rank has a
+  // GPU of its own, else host-staged over the communicator), "nccl" or "host-staged".
+  std::string tp_transport = "auto";
 };
 
 // What the backend did, for benchmarks and tests: which road each forward step took.
@@ -43,7 +55,11 @@ struct CudaStats {
   int64_t decode_steps = 0;       // decode steps launched kernel by kernel (graphs off, or a first sight)
   int64_t graph_captures = 0;     // decode graphs captured
   int64_t graph_replays = 0;      // decode steps run by replaying a graph
-  std::string graph_error;        // why graphs were turned off, if a capture failed
+  std::string graph_error;        // why graphs were turned off (a capture failed, or a transport that cannot be captured)
+  // Under tensor parallelism: the transport of the collectives and why it was chosen
+  // ("NCCL 2.27.3 (every rank has its own GPU)", "host-staged over MPI (...) (ranks 0 and 1 share GPU-...)");
+  // empty otherwise.
+  std::string tp_transport;
 };
 
 class CudaBackend : public Backend {

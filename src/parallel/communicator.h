@@ -49,6 +49,10 @@ class Communicator {
 
   const CommunicatorCounters& counters() const { return counters_; }
   void reset_counters() { counters_ = {}; }
+  // Collectives another transport carried for this group (NCCL between GPUs, src/cuda) are counted
+  // here too, so the figures cover every byte the group sent whichever way it went.
+  void count_all_reduce(int64_t bytes) { counters_.all_reduces += 1, counters_.all_reduce_bytes += bytes; }
+  void count_gather(int64_t bytes) { counters_.gathers += 1, counters_.gather_bytes += bytes; }
 
  protected:
   CommunicatorCounters counters_;

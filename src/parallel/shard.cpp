@@ -1,5 +1,7 @@
 #include "parallel/shard.h"
 
+#include <cstring>
+
 #include "core/error.h"
 
 namespace journey {
@@ -40,6 +42,50 @@ TensorParallelShard plan_shard(const ModelConfig& c, int rank, int size, const s
   s.vocab_rows = c.vocab_size / size;
   s.vocab_begin = rank * s.vocab_rows;
   return s;
+}
+
+TensorRef shard_rows(const TensorRef& t, int64_t begin, int64_t n) {
+  if (t.shape.empty()) fail("tensor ", t.name, " in ", t.source, ": a scalar has no rows to split");
+  const int64_t rows = t.shape[0];
+  if (begin < 0 || n < 0 || begin + n > rows)
+    fail("tensor ", t.name, " in ", t.source, ": rows [", begin, ", ", begin + n, ") lie outside its ", rows, " rows");
+  // (a vector's "rows" are its elements: one value each)
+  const int64_t row_length = t.shape.size() == 1 ? 1 : t.numel() / rows;
+  TensorRef slice = t;
+  slice.shape[0] = n;
+  if (t.shape.size() == 1 && dtype_block_size(t.dtype) != 1)
+    fail("tensor ", t.name, " in ", t.source, " (", dtype_name(t.dtype), "): a vector of stored blocks cannot be split");
+  const size_t row_bytes = size_t(dtype_bytes_for(t.dtype, row_length));
+  slice.data = t.data + size_t(begin) * row_bytes;
+  slice.nbytes = size_t(n) * row_bytes;
+  return slice;
+}
+
+size_t shard_columns_bytes(const TensorRef& t, int64_t begin, int64_t n, int tp_size) {
+  if (t.shape.size() != 2) fail("tensor ", t.name, " in ", t.source, ": only a matrix has input columns to split");
+  const int64_t rows = t.shape[0], in = t.shape[1], block = dtype_block_size(t.dtype);
+  if (begin < 0 || n < 0 || begin + n > in)
+    fail("tensor ", t.name, " in ", t.source, ": columns [", begin, ", ", begin + n, ") lie outside its ", in,
+         " input columns");
+  if (begin % block != 0 || n % block != 0)
+    fail("tensor ", t.name, " in ", t.source, " (", dtype_name(t.dtype), "): --tensor-parallel ", tp_size,
+         " splits its ", in, " input columns into ", n, " per rank, which is not a multiple of the ",
+         dtype_name(t.dtype), " block size ", block, "; a stored block cannot be split across ranks (choose a size ",
+         "that leaves a whole number of blocks per rank)");
+  return size_t(dtype_bytes_for(t.dtype, n)) * size_t(rows);
+}
+
+TensorRef shard_columns(const TensorRef& t, int64_t begin, int64_t n, int tp_size, std::byte* storage) {
+  const size_t bytes = shard_columns_bytes(t, begin, n, tp_size);
+  const int64_t rows = t.shape[0], in = t.shape[1];
+  const size_t row_bytes = size_t(dtype_bytes_for(t.dtype, in));
+  const size_t skip = size_t(dtype_bytes_for(t.dtype, begin)), keep = size_t(dtype_bytes_for(t.dtype, n));
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(storage + size_t(r) * keep, t.data + size_t(r) * row_bytes + skip, keep);
+  TensorRef slice = t;
+  slice.shape[1] = n;
+  slice.data = storage;
+  slice.nbytes = bytes;
+  return slice;
 }
 
 }  // namespace journey

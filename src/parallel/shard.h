@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 
+#include "assets/weights.h"
 #include "core/config.h"
 
 namespace journey {
@@ -35,5 +36,20 @@ struct TensorParallelShard {
 // journey::Error naming the numbers when the split is not whole: heads, KV heads (or size a
 // multiple of them), FFN columns and vocabulary must divide by `size`. `where`: the model path.
 TensorParallelShard plan_shard(const ModelConfig& c, int rank, int size, const std::string& where);
+
+// A rank's slice of a stored weight, as a TensorRef that a backend's loader reads like the whole
+// tensor (the CPU backend uses it in place or copies it; the CUDA backend uploads it). The split
+// itself (which rows, which columns) comes from the shard above; these only cut the bytes.
+//
+// Output rows [begin, begin + n) of a matrix [rows, in] (q/k/v, gate/up, the LM head), or elements
+// [begin, begin + n) of a vector (a bias): contiguous, so a view of the same bytes.
+TensorRef shard_rows(const TensorRef& t, int64_t begin, int64_t n);
+// Bytes of input columns [begin, begin + n) of every row of t (o_proj and down_proj): [rows, n] in
+// the stored type. Fails naming the tensor, its type and the block size when the range would cut
+// a stored block of 32 or 256 values (`tp_size`: the group size, for the message).
+size_t shard_columns_bytes(const TensorRef& t, int64_t begin, int64_t n, int tp_size);
+// Those columns, copied row by row into `storage` (shard_columns_bytes of them); the view points
+// into it, so `storage` must outlive it.
+TensorRef shard_columns(const TensorRef& t, int64_t begin, int64_t n, int tp_size, std::byte* storage);
 
 }  // namespace journey

@@ -79,8 +79,9 @@ void stop_waiting_followers() {
 
 class TensorParallelBackend final : public Backend {
  public:
-  TensorParallelBackend(std::unique_ptr<Backend> shard, Communicator& communicator)
+  TensorParallelBackend(std::unique_ptr<Backend> shard, Communicator& communicator, const std::string& transport)
       : shard_(std::move(shard)), communicator_(communicator) {
+    stats_.transport = transport.empty() ? communicator.transport() : transport;
     if (communicator_.rank() != 0)
       fail("tensor parallel: the backend that drives the group runs on rank 0, not rank ", communicator_.rank());
     waiting_followers = &communicator_;
@@ -136,7 +137,9 @@ class TensorParallelBackend final : public Backend {
     return s;
   }
   void reset_stats() {
+    std::string transport = std::move(stats_.transport);  // (what the group is, not what it did)
     stats_ = {};
+    stats_.transport = std::move(transport);
     communicator_.reset_counters();
   }
 
@@ -177,8 +180,9 @@ void expect_tensor_parallel_followers(Communicator& communicator) {
   (void)registered;
 }
 
-std::unique_ptr<Backend> make_tensor_parallel_backend(std::unique_ptr<Backend> shard, Communicator& communicator) {
-  return std::make_unique<TensorParallelBackend>(std::move(shard), communicator);
+std::unique_ptr<Backend> make_tensor_parallel_backend(std::unique_ptr<Backend> shard, Communicator& communicator,
+                                                      const std::string& transport) {
+  return std::make_unique<TensorParallelBackend>(std::move(shard), communicator, transport);
 }
 
 std::optional<TensorParallelStats> tensor_parallel_stats(const Backend& backend) {

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "backend/backend.h"
 #include "parallel/communicator.h"
@@ -25,12 +26,15 @@ struct TensorParallelStats {
   int64_t forward_steps = 0;  // forward() calls
   int64_t tokens = 0;         // tokens fed over all of them
   CommunicatorCounters communication;  // rank 0's counters (the same calls on every rank)
+  std::string transport;  // how the forward pass's collectives travel (make_tensor_parallel_backend)
 };
 
-// Rank 0's side. `shard` is this rank's shard of the model (a cpu backend made with the same
-// communicator); `communicator` must outlive the backend. When it goes away, the followers are
-// told to stop.
-std::unique_ptr<Backend> make_tensor_parallel_backend(std::unique_ptr<Backend> shard, Communicator& communicator);
+// Rank 0's side. `shard` is this rank's shard of the model (a cpu or cuda backend made with the
+// same communicator); `communicator` must outlive the backend. When it goes away, the followers are
+// told to stop. `transport`: how the shard's collectives travel, for the statistics (empty: the
+// communicator's own, as on the cpu; a cuda shard's may be NCCL or host-staged).
+std::unique_ptr<Backend> make_tensor_parallel_backend(std::unique_ptr<Backend> shard, Communicator& communicator,
+                                                      const std::string& transport = "");
 
 // The statistics of a backend made by make_tensor_parallel_backend (none for any other backend).
 std::optional<TensorParallelStats> tensor_parallel_stats(const Backend& backend);

@@ -188,11 +188,13 @@ json manifest_to_json(const Manifest& m) {
       {"pieces", pieces},
       {"tensors", tensors},
   };
-  if (m.tensor_parallel)
+  if (m.tensor_parallel) {
     out["tensor_parallel"] = {{"rank", m.tensor_parallel->rank},
                               {"world_size", m.tensor_parallel->world_size},
                               {"shard", m.tensor_parallel->shard},
                               {"partials", m.tensor_parallel->partials}};
+    if (!m.tensor_parallel->transport.empty()) out["tensor_parallel"]["transport"] = m.tensor_parallel->transport;
+  }
   return out;
 }
 
@@ -226,6 +228,7 @@ Manifest manifest_from_json(const json& j, const std::string& where) {
       fail(where, ": tensor_parallel.rank ", p.rank, " is outside a group of world_size ", p.world_size);
     if (tp.contains("shard")) p.shard = tp.at("shard");
     if (tp.contains("partials")) p.partials = tp.at("partials");  // optional: dumps before the partial stages lack it
+    p.transport = field_or<std::string>(tp, "transport", "", where, "tensor_parallel");
     m.tensor_parallel = p;
   }
   m.prompt = field_or<std::string>(j, "prompt", "", where, "the manifest");

@@ -87,6 +87,9 @@ struct ManifestTensorParallel {
   int world_size = 1;
   nlohmann::json shard = nlohmann::json::object();
   nlohmann::json partials = nlohmann::json::object();
+  // how the collectives travelled: "MPI (Open MPI v4.1.4)", "NCCL 2.27.3 (...)", "host-staged over
+  // MPI (...) (...)"; empty (not written) when unknown, as in dumps made before it was recorded
+  std::string transport;
 };
 
 struct Manifest {

@@ -125,6 +125,9 @@ def test_errors(journey):
     device = run([journey] + generate_args("data/stories260K", ["--tensor-parallel", "2", "--device", "reference"]))
     check(device.returncode == 1 and "--device reference has no tensor-parallel path" in device.stderr,
           "--tensor-parallel 2 --device reference: refused, naming the device", device.stderr[-2000:])
+    transport = run([journey] + generate_args("data/stories260K", ["--tensor-parallel", "2", "--tp-transport", "nccl"]))
+    check(transport.returncode == 1 and "only --device cuda chooses how its collectives travel" in transport.stderr,
+          "--tp-transport nccl on --device cpu: refused, naming the device", transport.stderr[-2000:])
     copies = run([RUN_MPI, "2", journey] + generate_args("data/stories260K", []))
     check(copies.returncode != 0 and "--tensor-parallel is 1" in copies.stderr,
           "mpirun -np 2 without --tensor-parallel: refuses to run two copies", copies.stderr[-2000:])
@@ -141,6 +144,8 @@ def test_bench(journey):
     tp = json.loads(out.stdout).get("tensor_parallel")
     check(tp is not None, "bench --tensor-parallel 2 reports the group's communication", out.stdout[-2000:])
     if tp:
+        check(str(tp.get("transport", "")).startswith("MPI"),
+              f"bench: the collectives' transport is reported (--device cpu: the MPI communicator): {tp.get('transport')!r}")
         check(tp["all_reduces_per_step"] == 2 * layers,
               f"bench: {tp['all_reduces_per_step']} all-reduces per forward step = 2 x {layers} layers")
         check(tp["all_reduce_bytes_per_token"] == 2 * layers * hidden * 4,
@@ -165,6 +170,9 @@ def test_trace(journey, trace_tool):
             return
         dirs = [os.path.join(work, "two"), os.path.join(work, "two", "rank1")]
         manifests = [json.load(open(os.path.join(d, "manifest.json"))) for d in dirs]
+        transports = [m.get("tensor_parallel", {}).get("transport", "") for m in manifests]
+        check(all(t.startswith("MPI") for t in transports),
+              f"trace: every rank's manifest names the collectives' transport: {transports}")
         heads = [m.get("tensor_parallel", {}).get("shard", {}).get("heads") for m in manifests]
         check([m.get("tensor_parallel", {}).get("rank") for m in manifests] == [0, 1] and heads == [[0, 4], [4, 8]],
               "trace --tensor-parallel 2: rank 0 dumps to DIR, rank 1 to DIR/rank1, each manifest naming its rank and heads",
