@@ -205,17 +205,23 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     return;
   }
   if (token_lanes_) {  // batched decode: all tokens in the lanes of one register
-    constexpr int R = kernels::kTokenRows;
-    ensure(s.q, size_t(R * in));
-    ensure(s.s, size_t(R * groups));
-    ensure(s.o, size_t(R * groups));
+    // Q8_0 and Q4_0 straight from the stored rows; the other types unpack a tile of rows first
+    const bool stored = k.dot_tokens_stored && kernels::has_stored_token_dot(type);
+    const int R = stored ? kernels::kStoredTokenRows : kernels::kTokenRows;
+    if (!stored) {
+      ensure(s.q, size_t(R * in));
+      ensure(s.s, size_t(R * groups));
+      ensure(s.o, size_t(R * groups));
+    }
     const kernels::TokenLaneActivations lanes = qx.token_lanes();
-    float tile_out[R * kernels::kLaneTokens];  // [R, kLaneTokens]
+    constexpr int kMaxRows = std::max(kernels::kStoredTokenRows, kernels::kTokenRows);
+    float tile_out[kMaxRows * kernels::kLaneTokens];  // [rows, kLaneTokens]
     for (int64_t r0 = begin; r0 < end; r0 += R) {
       const int rows = int(std::min<int64_t>(R, end - r0));
-      for (int r = 0; r < rows; ++r)
-        k.unpack_row(type, weight + (r0 + r) * row_bytes, in, s.q.data() + r * in, s.s.data() + r * groups,
-                     s.o.data() + r * groups);
+      if (!stored)
+        for (int r = 0; r < rows; ++r)
+          k.unpack_row(type, weight + (r0 + r) * row_bytes, in, s.q.data() + r * in, s.s.data() + r * groups,
+                       s.o.data() + r * groups);
       // The next tile's stored rows are fetched while this one is multiplied: unpack_row would
       // otherwise wait for memory with the multiplier idle, and dot_tokens compute with the memory
       // idle (measured: the two took equal time in a 16-token step before).
@@ -224,7 +230,10 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
         const size_t next_bytes = size_t(std::min<int64_t>(R, end - r0 - R)) * row_bytes;
         for (size_t b = 0; b < next_bytes; b += 64) __builtin_prefetch(next + b, 0, 3);
       }
-      k.dot_tokens(s.q.data(), s.s.data(), s.o.data(), rows, zero, has_offset, lanes, in, tile_out);
+      if (stored)
+        k.dot_tokens_stored(type, weight + r0 * row_bytes, row_bytes, rows, lanes, in, tile_out);
+      else
+        k.dot_tokens(s.q.data(), s.s.data(), s.o.data(), rows, zero, has_offset, lanes, in, tile_out);
       for (int r = 0; r < rows; ++r) {
         const float bias = target.bias ? target.bias[r0 + r] : 0.0f;
         for (int64_t t = 0; t < T; ++t) target.y[t * out + r0 + r] = bias + tile_out[r * kernels::kLaneTokens + t];
