@@ -225,7 +225,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
       // The next tile's stored rows are fetched while this one is multiplied: unpack_row would
       // otherwise wait for memory with the multiplier idle, and dot_tokens compute with the memory
       // idle (measured: the two took equal time in a 16-token step before).
-      if (r0 + R < end) {
+      if (!stored && r0 + R < end) {  // (dot_tokens_stored fetches the next rows itself)
         const char* next = weight + (r0 + R) * row_bytes;
         const size_t next_bytes = size_t(std::min<int64_t>(R, end - r0 - R)) * row_bytes;
         for (size_t b = 0; b < next_bytes; b += 64) __builtin_prefetch(next + b, 0, 3);
