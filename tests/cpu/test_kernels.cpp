@@ -9,6 +9,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/typed_linear.h"
+#include "quant/blocks.h"
 #include "quant/dequantize.h"
 #include "quant/quantize.h"
 #include "reference/scalar_ops.h"
@@ -142,6 +143,29 @@ TEST_CASE("kernels: dot_tokens (batched decode, tokens in register lanes) equals
             }
         }
   }
+}
+
+TEST_CASE("kernels: the activations' Q8_0 quants are llama.cpp's (quant::quantize), ties rounded away from zero") {
+  const int64_t n = 256, T = 3;
+  auto x = scalar::random_vector(size_t(T * n), 70, 3.0f);
+  // ties: a block whose largest magnitude is 127 has d = 1, so x = k + 0.5 is an exact tie
+  for (int64_t j = 0; j < 32; ++j) x[size_t(32 + j)] = j == 0 ? 127.0f : float(j % 16) - 7.5f;
+  x[size_t(64)] = -127.0f, x[size_t(65)] = 126.5f, x[size_t(66)] = -0.5f, x[size_t(67)] = 0.49999997f;
+  cpu::QuantizedInput qx;
+  qx.quantize(x.data(), T, n, 32);
+  for (int64_t t = 0; t < T; ++t) {
+    const auto blocks = quantized(DType::Q8_0, std::vector<float>(x.begin() + t * n, x.begin() + (t + 1) * n));
+    const auto* stored = reinterpret_cast<const quant::block_q8_0*>(blocks.data());
+    for (int64_t j = 0; j < n; ++j) {
+      CAPTURE(t); CAPTURE(j); CAPTURE(x[size_t(t * n + j)]);
+      CHECK(int(qx.q[size_t(t * n + j)]) == int(stored[j / 32].qs[j % 32]));
+    }
+  }
+  CHECK(int(qx.q[32 + 1]) == -7);  // -6.5 -> -7
+  CHECK(int(qx.q[32 + 8]) == 1);   // 0.5 -> 1
+  CHECK(int(qx.q[65]) == 127);     // 126.5 -> 127
+  CHECK(int(qx.q[66]) == -1);      // -0.5 -> -1
+  CHECK(int(qx.q[67]) == 0);       // just below the tie
 }
 
 TEST_CASE("kernels: dot_tokens_stored (Q8_0 and Q4_0 straight from the stored blocks) equals dot() per row and token") {
