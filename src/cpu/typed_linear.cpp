@@ -97,7 +97,7 @@ void QuantizedInput::quantize(const float* x, int64_t T, int64_t in_, int64_t bl
         for (int64_t j = 0; j < block; ++j) amax = std::max(amax, std::fabs(row[b0 + j]));
         d = amax / 127.0f;
         inverse = d != 0.0f ? 1.0f / d : 0.0f;
-        for (int64_t j = 0; j < block; ++j) qr[b0 + j] = int8_t(std::lround(row[b0 + j] * inverse));
+        for (int64_t j = 0; j < block; ++j) qr[b0 + j] = int8_t(round_half_away(row[b0 + j] * inverse));
       } else {  // llama.cpp quantize_row_q8_K_ref: the value of largest magnitude maps to -127
         float amax = 0, max = 0;
         for (int64_t j = 0; j < block; ++j)
