@@ -42,6 +42,16 @@ constexpr int64_t kFallbackRows = 16;
 // row x token when full, 68-77 at 4 tokens), so it wins from about 6 tokens.
 constexpr int64_t kMinLaneTokens = 6;
 
+// std::lround(v) for |v| <= 127.5 (round half away from zero, as llama.cpp's roundf), in plain
+// arithmetic the compiler vectorizes: lround and roundf are a library call per value (GCC inlines
+// roundf only without -ftrapping-math), ~2% of a 16-token step on one thread while the others wait.
+// v - trunc(v) is exact for |v| < 2^23.
+inline int round_half_away(float v) {
+  const int whole = int(v);  // toward zero
+  const float fraction = v - float(whole);
+  return whole + (fraction >= 0.5f) - (fraction <= -0.5f);
+}
+
 // Which activation blocks a block type multiplies with: llama.cpp's vec_dot_type.
 int64_t activation_block(DType type) { return dtype_block_size(type) == 256 ? 256 : 32; }
 
@@ -87,7 +97,7 @@ void QuantizedInput::quantize(const float* x, int64_t T, int64_t in_, int64_t bl
         for (int64_t j = 0; j < block; ++j) amax = std::max(amax, std::fabs(row[b0 + j]));
         d = amax / 127.0f;
         inverse = d != 0.0f ? 1.0f / d : 0.0f;
-        for (int64_t j = 0; j < block; ++j) qr[b0 + j] = int8_t(std::lround(row[b0 + j] * inverse));
+        for (int64_t j = 0; j < block; ++j) qr[b0 + j] = int8_t(round_half_away(row[b0 + j] * inverse));
       } else {  // llama.cpp quantize_row_q8_K_ref: the value of largest magnitude maps to -127
         float amax = 0, max = 0;
         for (int64_t j = 0; j < block; ++j)
@@ -205,26 +215,35 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     return;
   }
   if (token_lanes_) {  // batched decode: all tokens in the lanes of one register
-    constexpr int R = kernels::kTokenRows;
-    ensure(s.q, size_t(R * in));
-    ensure(s.s, size_t(R * groups));
-    ensure(s.o, size_t(R * groups));
+    // Q8_0 and Q4_0 straight from the stored rows; the other types unpack a tile of rows first
+    const bool stored = k.dot_tokens_stored && kernels::has_stored_token_dot(type);
+    const int R = stored ? kernels::kStoredTokenRows : kernels::kTokenRows;
+    if (!stored) {
+      ensure(s.q, size_t(R * in));
+      ensure(s.s, size_t(R * groups));
+      ensure(s.o, size_t(R * groups));
+    }
     const kernels::TokenLaneActivations lanes = qx.token_lanes();
-    float tile_out[R * kernels::kLaneTokens];  // [R, kLaneTokens]
+    constexpr int kMaxRows = std::max(kernels::kStoredTokenRows, kernels::kTokenRows);
+    float tile_out[kMaxRows * kernels::kLaneTokens];  // [rows, kLaneTokens]
     for (int64_t r0 = begin; r0 < end; r0 += R) {
       const int rows = int(std::min<int64_t>(R, end - r0));
-      for (int r = 0; r < rows; ++r)
-        k.unpack_row(type, weight + (r0 + r) * row_bytes, in, s.q.data() + r * in, s.s.data() + r * groups,
-                     s.o.data() + r * groups);
+      if (!stored)
+        for (int r = 0; r < rows; ++r)
+          k.unpack_row(type, weight + (r0 + r) * row_bytes, in, s.q.data() + r * in, s.s.data() + r * groups,
+                       s.o.data() + r * groups);
       // The next tile's stored rows are fetched while this one is multiplied: unpack_row would
       // otherwise wait for memory with the multiplier idle, and dot_tokens compute with the memory
       // idle (measured: the two took equal time in a 16-token step before).
-      if (r0 + R < end) {
+      if (!stored && r0 + R < end) {  // (dot_tokens_stored fetches the next rows itself)
         const char* next = weight + (r0 + R) * row_bytes;
         const size_t next_bytes = size_t(std::min<int64_t>(R, end - r0 - R)) * row_bytes;
         for (size_t b = 0; b < next_bytes; b += 64) __builtin_prefetch(next + b, 0, 3);
       }
-      k.dot_tokens(s.q.data(), s.s.data(), s.o.data(), rows, zero, has_offset, lanes, in, tile_out);
+      if (stored)
+        k.dot_tokens_stored(type, weight + r0 * row_bytes, row_bytes, rows, lanes, in, tile_out);
+      else
+        k.dot_tokens(s.q.data(), s.s.data(), s.o.data(), rows, zero, has_offset, lanes, in, tile_out);
       for (int r = 0; r < rows; ++r) {
         const float bias = target.bias ? target.bias[r0 + r] : 0.0f;
         for (int64_t t = 0; t < T; ++t) target.y[t * out + r0 + r] = bias + tile_out[r * kernels::kLaneTokens + t];

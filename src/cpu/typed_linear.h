@@ -7,7 +7,9 @@
 //   f16           tile kernel, f16 widened in registers (F16C)
 //   bf16          tile kernel, bf16 widened in registers   vdpbf16ps, x rounded to bf16 (AVX512-BF16)
 //   block types   x -> Q8_0 / Q8_K, integer dots           vdpbf16ps on panels dequantized to bf16
-//                 (vpdpbusd on AVX512-VNNI)                 (without AVX512-BF16: panels in f32)
+//                 (vpdpbusd on AVX512-VNNI; 6..16 tokens:   (without AVX512-BF16: panels in f32)
+//                 all in register lanes, Q8_0 and Q4_0
+//                 read as stored, the others unpacked)
 //
 // f16 and bf16 up to 16 tokens are exact products of the stored weights (f32 sums); the other
 // paths round the activations (to 8 bits per block, or to bf16): the op test's tolerance per type

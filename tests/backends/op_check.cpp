@@ -221,7 +221,7 @@ class Checker {
           // one matrix for every token count (the K types' quantizer searches, so it is not cheap)
           const TestMatrix w = make_matrix(random_floats(size_t(out * in), seed(), 0.5f), out, in, type);
           const auto bias = random_floats(size_t(out), seed());
-          for (int64_t T : {1, 2, 3, 9, 16, 17, 33}) {  // 9, 16: batched decode in token lanes
+          for (int64_t T : {1, 2, 3, 6, 9, 16, 17, 33}) {  // 6, 9, 16: batched decode in token lanes
             const bool with_bias = (variant++ % 2) == 1;
             const std::string where = sizes({{"T", T}, {"in", in}, {"out", out}}) + " " + std::string(dtype_name(type)) +
                                       (with_bias ? " +bias" : "");

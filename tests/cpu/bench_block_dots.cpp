@@ -7,8 +7,11 @@
 //   dot         an unpacked row against one token (batched decode before dot_tokens)
 //   dot_tokens  4 unpacked rows against 16 tokens in register lanes (batched decode)
 //   unpack_row  one stored row to the unpacked form (once per row per batched step)
+//   stored      dot_tokens_stored: 4 stored rows against 16 tokens in register lanes, no unpacking
+//               (Q8_0 and Q4_0; compare with dot_tokens + unpack_row / 16 tokens)
 //
 // usage: bench_block_dots [--in 2048] [--tokens 16]
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -61,17 +64,18 @@ int main(int argc, char** argv) {
   const int64_t groups = in / cpu::kernels::kGroup;
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> w(size_t(R * in)), x(size_t(tokens * in));  // [R, in], [tokens, in]
+  constexpr int kRows = std::max(R, cpu::kernels::kStoredTokenRows);
+  std::vector<float> w(size_t(kRows * in)), x(size_t(tokens * in));  // [kRows, in], [tokens, in]
   for (float& v : w) v = normal(rng);
   for (float& v : x) v = normal(rng);
   std::printf("isa %s, in %lld, %lld tokens; ns of this thread's CPU time per row x token (2 x in operations)\n",
               std::string(cpu::kernels::isa_name(isa)).c_str(), (long long)in, (long long)tokens);
-  std::printf("%-6s %10s %10s %12s %12s\n", "type", "dot_row", "dot", "dot_tokens", "unpack/row");
+  std::printf("%-6s %10s %10s %12s %12s %12s\n", "type", "dot_row", "dot", "dot_tokens", "unpack/row", "stored");
   float sink = 0;
   for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const int64_t row_bytes = dtype_bytes_for(type, in);
-    std::vector<uint8_t> stored(size_t(R * row_bytes));  // [R rows as stored]
-    for (int r = 0; r < R; ++r) quant::quantize(type, w.data() + r * in, stored.data() + r * row_bytes, in);
+    std::vector<uint8_t> stored(size_t(kRows * row_bytes));  // [kRows rows as stored]
+    for (int r = 0; r < kRows; ++r) quant::quantize(type, w.data() + r * in, stored.data() + r * row_bytes, in);
     cpu::QuantizedInput qx;
     qx.quantize(x.data(), tokens, in, dtype_block_size(type) == 256 ? 256 : 32);
     qx.lay_out_token_lanes(tokens);
@@ -105,9 +109,24 @@ int main(int argc, char** argv) {
       for (int r = 0; r < R; ++r)
         k.unpack_row(type, stored.data() + r * row_bytes, in, q.data() + r * in, s.data() + r * groups, o.data() + r * groups);
     }, repeat) / R;
+    double direct = -1;
+    if (k.dot_tokens_stored && cpu::kernels::has_stored_token_dot(type)) {
+      constexpr int kStored = cpu::kernels::kStoredTokenRows;
+      float out[kStored * cpu::kernels::kLaneTokens];
+      direct = time_call([&] {
+        k.dot_tokens_stored(type, stored.data(), size_t(row_bytes), kStored, qx.token_lanes(), in, out);
+        sink += out[0];
+      }, repeat / int(tokens) + 1) / double(kStored * tokens);
+    }
     auto cell = [](double seconds) { return seconds < 0 ? std::string("-") : std::to_string(seconds * 1e9).substr(0, 6); };
-    std::printf("%-6s %10s %10s %12s %12s\n", std::string(dtype_name(type)).c_str(), cell(fused).c_str(),
-                cell(plain).c_str(), cell(tiled).c_str(), cell(unpack).c_str());
+    std::printf("%-6s %10s %10s %12s %12s %12s\n", std::string(dtype_name(type)).c_str(), cell(fused).c_str(),
+                cell(plain).c_str(), cell(tiled).c_str(), cell(unpack).c_str(), cell(direct).c_str());
   }
+  // The floor of every column but unpack: each row x token is `in` multiply-adds, and vpdpbusd
+  // (512-bit) does 64 of them per instruction at best.
+  const double peak = cpu::kernels::peak_rate(cpu::kernels::PeakKind::Int8Dot, 0.5);
+  if (peak > 0)
+    std::printf("vpdpbusd peak of this thread: %.0f GOP/s, i.e. %.2f ns per row x token at in = %lld\n", peak * 1e-9,
+                2.0 * double(in) / peak * 1e9, (long long)in);
   std::printf("(checksum %g)\n", double(sink));
 }

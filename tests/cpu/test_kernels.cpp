@@ -9,6 +9,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/typed_linear.h"
+#include "quant/blocks.h"
 #include "quant/dequantize.h"
 #include "quant/quantize.h"
 #include "reference/scalar_ops.h"
@@ -142,6 +143,81 @@ TEST_CASE("kernels: dot_tokens (batched decode, tokens in register lanes) equals
             }
         }
   }
+}
+
+TEST_CASE("kernels: the activations' Q8_0 quants are llama.cpp's (quant::quantize), ties rounded away from zero") {
+  const int64_t n = 256, T = 3;
+  auto x = scalar::random_vector(size_t(T * n), 70, 3.0f);
+  // ties: a block whose largest magnitude is 127 has d = 1, so x = k + 0.5 is an exact tie
+  for (int64_t j = 0; j < 32; ++j) x[size_t(32 + j)] = j == 0 ? 127.0f : float(j % 16) - 7.5f;
+  x[size_t(64)] = -127.0f, x[size_t(65)] = 126.5f, x[size_t(66)] = -0.5f, x[size_t(67)] = 0.49999997f;
+  cpu::QuantizedInput qx;
+  qx.quantize(x.data(), T, n, 32);
+  for (int64_t t = 0; t < T; ++t) {
+    const auto blocks = quantized(DType::Q8_0, std::vector<float>(x.begin() + t * n, x.begin() + (t + 1) * n));
+    const auto* stored = reinterpret_cast<const quant::block_q8_0*>(blocks.data());
+    for (int64_t j = 0; j < n; ++j) {
+      CAPTURE(t); CAPTURE(j); CAPTURE(x[size_t(t * n + j)]);
+      CHECK(int(qx.q[size_t(t * n + j)]) == int(stored[j / 32].qs[j % 32]));
+    }
+  }
+  CHECK(int(qx.q[32 + 1]) == -7);  // -6.5 -> -7
+  CHECK(int(qx.q[32 + 8]) == 1);   // 0.5 -> 1
+  CHECK(int(qx.q[65]) == 127);     // 126.5 -> 127
+  CHECK(int(qx.q[66]) == -1);      // -0.5 -> -1
+  CHECK(int(qx.q[67]) == 0);       // just below the tie
+}
+
+TEST_CASE("kernels: dot_tokens_stored (Q8_0 and Q4_0 straight from the stored blocks) equals dot() per row and token") {
+  // 3 blocks, 17 (one scale chunk of 16 and a tail) and 64 (the 2048-wide rows of the benchmarks)
+  for (int64_t n : {96, 544, 2048})
+    for (Isa isa : supported_isas()) {
+      const auto& k = cpu::kernels::table(isa);
+      if (!k.dot_tokens_stored) continue;  // AVX512-VNNI only; the other tables unpack first
+      for (DType type : {DType::Q8_0, DType::Q4_0})
+        for (int64_t T : {1, 6, 11, 16})
+          for (int rows = 1; rows <= cpu::kernels::kStoredTokenRows; ++rows) {
+            CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type)); CAPTURE(n); CAPTURE(T); CAPTURE(rows);
+            REQUIRE(cpu::kernels::has_stored_token_dot(type));
+            const int64_t groups = n / cpu::kernels::kGroup, row_bytes = dtype_bytes_for(type, n);
+            std::vector<uint8_t> stored;  // [rows, row_bytes] as stored
+            for (int r = 0; r < rows; ++r) {
+              const auto bytes = quantized(type, scalar::random_vector(size_t(n), 50 + r, 0.5f));
+              stored.insert(stored.end(), bytes.begin(), bytes.end());
+            }
+            std::vector<uint8_t> q(size_t(rows * n));  // the same rows unpacked, for dot()
+            std::vector<float> s(size_t(rows * groups)), o(size_t(rows * groups));
+            for (int r = 0; r < rows; ++r)
+              k.unpack_row(type, stored.data() + r * row_bytes, n, q.data() + r * n, s.data() + r * groups,
+                           o.data() + r * groups);
+            const auto x_values = scalar::random_vector(size_t(T * n), 60, 2.0f);
+            cpu::QuantizedInput qx;
+            qx.quantize(x_values.data(), T, n, 32);
+            qx.lay_out_token_lanes(T);
+            const int zero = cpu::kernels::unpacked_zero(type);
+            std::vector<float> got(size_t(rows * cpu::kernels::kLaneTokens), NAN);
+            k.dot_tokens_stored(type, stored.data(), size_t(row_bytes), rows, qx.token_lanes(), n, got.data());
+            for (int r = 0; r < rows; ++r)
+              for (int64_t t = 0; t < cpu::kernels::kLaneTokens; ++t) {
+                CAPTURE(r); CAPTURE(t);
+                if (t >= T) {  // the empty lanes multiply zeros
+                  CHECK(got[size_t(r * cpu::kernels::kLaneTokens + t)] == 0.0f);
+                  continue;
+                }
+                const cpu::kernels::QuantizedActivations xt{qx.q.data() + t * n, qx.dx.data() + t * groups,
+                                                            qx.gsum.data() + t * groups, qx.xs.data() + t * groups};
+                const float want = k.dot(q.data() + r * n, s.data() + r * groups, o.data() + r * groups, zero, false, xt, n);
+                double magnitude = 0;  // sum of |each group's share|: the two differ only in f32 order
+                for (int64_t g = 0; g < groups; ++g) {
+                  int64_t group_sum = 0;
+                  for (int64_t j = g * 16; j < g * 16 + 16; ++j)
+                    group_sum += (int64_t(q[size_t(r * n + j)]) - zero) * qx.q[size_t(t * n + j)];
+                  magnitude += std::abs(double(s[size_t(r * groups + g)]) * qx.dx[size_t(t * groups + g)] * double(group_sum));
+                }
+                CHECK(std::abs(got[size_t(r * cpu::kernels::kLaneTokens + t)] - want) <= 1e-5 * magnitude);
+              }
+          }
+    }
 }
 
 TEST_CASE("kernels: the f16 and bf16 tile kernel equals the f32 one on the widened weights") {
