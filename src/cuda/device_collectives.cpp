@@ -8,15 +8,12 @@
 #endif
 
 #include "core/error.h"
+#include "cuda/kernels.h"
 #include "parallel/communicator.h"
 
 namespace journey {
 
 namespace {
-
-void check_cuda(cudaError_t status, const char* call) {
-  if (status != cudaSuccess) fail("CUDA: ", call, " failed: ", cudaGetErrorString(status));
-}
 
 // Page-locked host memory that grows (the staging of the host-staged transport).
 class PinnedFloats {
@@ -27,10 +24,10 @@ class PinnedFloats {
   float* grow(int64_t n, cudaStream_t stream) {
     const size_t bytes = std::max<size_t>(size_t(n) * sizeof(float), 4096);
     if (bytes > bytes_) {
-      check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      JOURNEY_CUDA_CHECK(cudaStreamSynchronize(stream));
       release();
       void* p = nullptr;
-      check_cuda(cudaHostAlloc(&p, bytes, cudaHostAllocDefault), "cudaHostAlloc (tensor-parallel staging)");
+      JOURNEY_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
       data_ = static_cast<float*>(p), bytes_ = bytes;
     }
     return data_;
@@ -59,18 +56,18 @@ class HostStagedCollectives final : public DeviceCollectives {
 
   void all_reduce_sum(float* data, int64_t n, cudaStream_t stream) override {
     float* host = sums_.grow(n, stream);  // [n]
-    check_cuda(cudaMemcpyAsync(host, data, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
-    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    JOURNEY_CUDA_CHECK(cudaMemcpyAsync(host, data, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    JOURNEY_CUDA_CHECK(cudaStreamSynchronize(stream));
     communicator_.all_reduce_sum(host, n);
     // (the next use of `host` comes after a synchronize of the same stream, so this copy is done by then)
-    check_cuda(cudaMemcpyAsync(data, host, size_t(n) * sizeof(float), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    JOURNEY_CUDA_CHECK(cudaMemcpyAsync(data, host, size_t(n) * sizeof(float), cudaMemcpyHostToDevice, stream));
   }
 
   void gather_columns(float* out, const float* mine, int64_t rows, int64_t cols, float*, cudaStream_t stream) override {
     float* host_mine = slice_.grow(rows * cols, stream);  // [rows, cols]
-    check_cuda(cudaMemcpyAsync(host_mine, mine, size_t(rows * cols) * sizeof(float), cudaMemcpyDeviceToHost, stream),
-               "cudaMemcpyAsync");
-    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    JOURNEY_CUDA_CHECK(
+        cudaMemcpyAsync(host_mine, mine, size_t(rows * cols) * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    JOURNEY_CUDA_CHECK(cudaStreamSynchronize(stream));
     if (communicator_.rank() != 0) {
       communicator_.gather_columns(nullptr, host_mine, rows, cols);
       return;
@@ -78,8 +75,7 @@ class HostStagedCollectives final : public DeviceCollectives {
     const int64_t total = rows * cols * communicator_.size();
     float* host_out = gathered_.grow(total, stream);  // [rows, size * cols]
     communicator_.gather_columns(host_out, host_mine, rows, cols);
-    check_cuda(cudaMemcpyAsync(out, host_out, size_t(total) * sizeof(float), cudaMemcpyHostToDevice, stream),
-               "cudaMemcpyAsync");
+    JOURNEY_CUDA_CHECK(cudaMemcpyAsync(out, host_out, size_t(total) * sizeof(float), cudaMemcpyHostToDevice, stream));
   }
 
   void count_step(int64_t, int64_t, int64_t, int64_t) override {}
@@ -126,9 +122,9 @@ class NcclCollectives final : public DeviceCollectives {
     if (communicator_.rank() != 0) return;
     const size_t width = size_t(cols) * sizeof(float);
     for (int r = 0; r < communicator_.size(); ++r)
-      check_cuda(cudaMemcpy2DAsync(out + r * cols, width * size_t(communicator_.size()), staging + r * rows * cols, width,
-                                   width, size_t(rows), cudaMemcpyDeviceToDevice, stream),
-                 "cudaMemcpy2DAsync");
+      JOURNEY_CUDA_CHECK(cudaMemcpy2DAsync(out + r * cols, width * size_t(communicator_.size()),
+                                           staging + r * rows * cols, width, width, size_t(rows),
+                                           cudaMemcpyDeviceToDevice, stream));
   }
 
   void count_step(int64_t all_reduces, int64_t floats_each, int64_t gather_rows, int64_t gather_cols) override {
@@ -159,7 +155,7 @@ bool nccl_compiled_in() {
 std::unique_ptr<DeviceCollectives> make_device_collectives(Communicator& communicator, int device,
                                                            const std::string& requested) {
   cudaDeviceProp props{};
-  check_cuda(cudaGetDeviceProperties(&props, device), "cudaGetDeviceProperties");
+  JOURNEY_CUDA_CHECK(cudaGetDeviceProperties(&props, device));
   DeviceId mine{};
   std::copy(props.uuid.bytes, props.uuid.bytes + mine.size(), reinterpret_cast<char*>(mine.data()));
   const std::vector<DeviceId> ids = exchange_device_ids(communicator, mine);

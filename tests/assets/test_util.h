@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+
 namespace journey::test {
 
 namespace fs = std::filesystem;

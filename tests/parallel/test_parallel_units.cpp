@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "assets/test_util.h"
 #include "core/error.h"
 #include "parallel/communicator.h"
 #include "parallel/device_transport.h"
@@ -18,6 +19,7 @@
 #include "quant/quantize.h"
 
 using namespace journey;
+using journey::test::error_of;
 
 namespace {
 
@@ -25,17 +27,6 @@ DeviceId device(uint8_t last) {
   DeviceId id{};
   id[0] = 0x6b, id[15] = last;
   return id;
-}
-
-// Runs `fn` and returns the journey::Error's message ("" when it did not throw).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

@@ -40,8 +40,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kModels[] = {"data/stories260K", "tests/golden/models/tiny-llama", "tests/golden/models/tiny-qwen2",
-                               "tests/golden/models/tiny-qwen3"};
 constexpr double kF32Nmse = 1e-8, kF32MaxAbs = 1e-3;    // against the single-process CUDA run (see above)
 constexpr double kBf16Nmse = 1e-5, kBf16MaxAbs = 2e-2;  // x max(1, |logit|max)
 

@@ -15,6 +15,11 @@
 
 namespace journey::tp_test {
 
+// The models both exactness tests split (relative to the source tree): the shipped model and the
+// tiny Llama / Qwen2 / Qwen3 goldens.
+inline const char* const kModels[] = {"data/stories260K", "tests/golden/models/tiny-llama",
+                                      "tests/golden/models/tiny-qwen2", "tests/golden/models/tiny-qwen3"};
+
 // What one backend produced: each call's logits and the greedy tokens it chose.
 struct Run {
   std::vector<std::string> calls;               // [C] what each call was

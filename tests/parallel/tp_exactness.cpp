@@ -41,8 +41,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kModels[] = {"data/stories260K", "tests/golden/models/tiny-llama", "tests/golden/models/tiny-qwen2",
-                               "tests/golden/models/tiny-qwen3"};
 constexpr double kSameKernelsNmse = 1e-10;   // against the single-process fast backend (see above)
 constexpr double kSameKernelsMaxAbs = 1e-4;  // x max(1, |logit|max)
 

@@ -139,11 +139,7 @@ class ReportBuilder {
     struct Kind { const char* partial; const char* whole; bool summed; };
     static const Kind kKinds[] = {{"attn_out_partial", "attn_out", true}, {"ffn_out_partial", "ffn_out", true},
                                   {"logits_partial", "logits", false}};
-    auto norm = [](const std::vector<float>& v) {
-      double sum = 0;
-      for (float x : v) sum += double(x) * double(x);
-      return std::sqrt(sum);
-    };
+    auto norm = [](const NpyArray& a) { return summarize(a).l2; };  // the tracer's one L2 norm
     json stages = json::array(), per_step = json::array();
     bool any = false;
     for (const auto& k : kKinds)
@@ -161,7 +157,7 @@ class ReportBuilder {
             const ManifestTensor* t = d.dump->entry(k.partial, layer, s->step);
             const NpyArray* a = t ? &d.dump->array(*t) : nullptr;
             shares.push_back(a);
-            norms.push_back(a ? json(round_sig(norm(a->f32))) : json(nullptr));
+            norms.push_back(a ? json(round_sig(norm(*a))) : json(nullptr));
           }
           if (std::all_of(shares.begin(), shares.end(), [](auto* a) { return a == nullptr; })) continue;
           any = true;
@@ -171,7 +167,7 @@ class ReportBuilder {
           const bool complete = whole && int(dumps.size()) == world_size &&
                                 std::none_of(shares.begin(), shares.end(), [](auto* a) { return a == nullptr; });
           if (complete) check = combine_error(*whole, shares, dumps, k.summed, k.partial);
-          rows.push_back({int(ki), layer, norms, whole ? json(round_sig(norm(whole->f32))) : json(nullptr), check});
+          rows.push_back({int(ki), layer, norms, whole ? json(round_sig(norm(*whole))) : json(nullptr), check});
         }
       }
       per_step.push_back(rows);
