@@ -232,6 +232,7 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
     r.f32_fma_gflop_s = peak_on_threads(cpu::kernels::PeakKind::F32Fma, r.threads) / 1e9;
     r.bf16_dot_gflop_s = peak_on_threads(cpu::kernels::PeakKind::Bf16Dot, r.threads) / 1e9;
     r.int8_dot_gop_s = peak_on_threads(cpu::kernels::PeakKind::Int8Dot, r.threads) / 1e9;
+    r.amx_bf16_gflop_s = peak_on_threads(cpu::kernels::PeakKind::AmxBf16, r.threads) / 1e9;
   }
   r.resident_peak = process_memory().resident_peak;
   return r;
@@ -256,7 +257,8 @@ std::string prefill_path(const WeightStore& weights) {
     all += double(t.nbytes);
     if (t.dtype == DType::BF16 || dtype_is_quantized(t.dtype)) reduced += double(t.nbytes);
   }
-  return cpu::kernels::has_bf16_dot() && reduced > all / 2 ? "bf16" : "f32";
+  if (reduced <= all / 2) return "f32";
+  return cpu::kernels::has_amx() ? "amx-bf16" : cpu::kernels::has_bf16_dot() ? "bf16" : "f32";
 }
 
 std::string format_bench_table(const BenchResult& r) {
@@ -299,15 +301,20 @@ std::string format_bench_table(const BenchResult& r) {
   out << line;
   std::snprintf(line, sizeof line,
                 "         dot-product peaks: f32 FMA %.0f GFLOP/s, bf16 (vdpbf16ps) %.0f GFLOP/s, int8 (vpdpbusd) %.0f "
-                "GOP/s (0 = not on this CPU, or capped by JOURNEY_CPU_ISA)\n",
-                r.f32_fma_gflop_s, r.bf16_dot_gflop_s, r.int8_dot_gop_s);
+                "GOP/s, bf16 AMX tiles (tdpbf16ps) %.0f GFLOP/s (0 = not on this CPU, or capped by JOURNEY_CPU_ISA)\n",
+                r.f32_fma_gflop_s, r.bf16_dot_gflop_s, r.int8_dot_gop_s, r.amx_bf16_gflop_s);
   out << line;
   std::snprintf(line, sizeof line, "model    %.3g GB of weights read per decoded token, %.3g GFLOP per prefill\n",
                 r.decode_bytes_per_token / gb, r.prefill_flops / gb);
   out << line;
+  const char* gemm_basis = r.prefill_path == "amx-bf16" ? "AMX peak x Eigen GEMM / f32 FMA peak"
+                           : r.prefill_path == "bf16"   ? "bf16 peak x Eigen GEMM / f32 FMA peak"
+                                                        : "Eigen's f32 GEMM";
   std::snprintf(line, sizeof line,
-                "prefill  compute path %s: ceiling %.1f GFLOP/s (%s)\n", r.prefill_path.c_str(), r.prefill_gemm_gflop_s(),
-                r.prefill_path == "bf16" ? "bf16 peak x Eigen GEMM / f32 FMA peak" : "Eigen's f32 GEMM");
+                "prefill  compute path %s: GEMM %.1f GFLOP/s (%s); a prefill needs %.3f s of GEMM and %.3f s to "
+                "read the weights once: %s-bound\n",
+                r.prefill_path.c_str(), r.prefill_gemm_gflop_s(), gemm_basis, r.prefill_compute_seconds(),
+                r.prefill_memory_seconds(), r.prefill_compute_seconds() >= r.prefill_memory_seconds() ? "compute" : "memory");
   out << line;
   row("prefill", r.prefill_tok_s, r.prefill_ceiling_tok_s(), "GEMM");
   row("decode", r.decode_tok_s, r.decode_ceiling_tok_s(), "bandwidth");
@@ -357,6 +364,9 @@ nlohmann::json bench_json(const BenchResult& r) {
           {"f32_fma_gflop_s", r.f32_fma_gflop_s},
           {"bf16_dot_gflop_s", r.bf16_dot_gflop_s},
           {"int8_dot_gop_s", r.int8_dot_gop_s},
+          {"amx_bf16_gflop_s", r.amx_bf16_gflop_s},
+          {"prefill_compute_seconds", r.prefill_compute_seconds()},
+          {"prefill_memory_seconds", r.prefill_memory_seconds()},
           {"prefill_path", r.prefill_path},
           {"prefill_gemm_ceiling_gflop_s", r.prefill_gemm_gflop_s()},
           {"gemm_gflop_s_per_cpu_second_x_threads", r.gemm_cpu_gflop_s},
@@ -371,6 +381,7 @@ nlohmann::json bench_json(const BenchResult& r) {
     for (const char* key : {"read_bandwidth_gb_s", "gemm_gflop_s", "prefill_ceiling_tok_s", "decode_ceiling_tok_s",
                             "prefill_fraction_of_ceiling", "decode_fraction_of_ceiling", "read_bandwidth_runs_gb_s",
                             "decode_fraction_of_ceiling_per_run", "prefill_gemm_ceiling_gflop_s",
+                            "prefill_compute_seconds", "prefill_memory_seconds",
                             "gemm_gflop_s_per_cpu_second_x_threads", "prefill_ceiling_tok_s_per_cpu_second_x_threads"})
       j[key] = nullptr;
   return j;

@@ -3,6 +3,7 @@
 // weight bytes per token; prefill is matrix-matrix work, so its ceiling is the FP32 GEMM rate.
 // Both ceilings are measured in the same run as the model, so the ratios hold under the same load.
 #pragma once
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -23,8 +24,8 @@ struct BenchOptions {
   // The bytes a decode step reads, as the weights are stored (decode_bytes_per_token(model));
   // 0: every weight in f32, from the config alone.
   double weight_bytes_per_token = 0;
-  // The compute path of the prefill's products, which sets its ceiling: "f32" (Eigen's GEMM) or
-  // "bf16" (AVX512-BF16 dot products); see prefill_path(model).
+  // The compute path of the prefill's products, which sets its ceiling: "f32" (Eigen's GEMM),
+  // "bf16" (AVX512-BF16 dot products) or "amx-bf16" (AMX tiles); see prefill_path(model).
   std::string prefill_path = "f32";
 };
 
@@ -56,16 +57,26 @@ struct BenchResult {
   // memory): f32 FMA, AVX512-BF16 vdpbf16ps and AVX512-VNNI vpdpbusd (0 where the CPU lacks them);
   // 2 operations per multiply-add.
   double f32_fma_gflop_s = 0, bf16_dot_gflop_s = 0, int8_dot_gop_s = 0;
+  double amx_bf16_gflop_s = 0;        // AMX tdpbf16ps on tiles (0: no AMX, or capped)
   std::string prefill_path = "f32";   // BenchOptions::prefill_path
-  // The prefill's ceiling: Eigen's f32 GEMM for the f32 path; for the bf16 path the bf16 dot rate
-  // scaled by how close Eigen's GEMM comes to the f32 FMA rate (what a GEMM achieves of its
-  // instruction's peak on this machine, applied to the faster instruction).
+  // The prefill's GEMM rate: Eigen's f32 GEMM for the f32 path; for the bf16 and amx-bf16 paths the
+  // instruction's peak scaled by how close Eigen's GEMM comes to the f32 FMA peak (what a GEMM
+  // achieves of its instruction's peak on this machine, applied to the faster instruction).
   double prefill_gemm_gflop_s() const {
-    if (prefill_path != "bf16" || f32_fma_gflop_s <= 0) return gemm_gflop_s;
-    return bf16_dot_gflop_s * gemm_gflop_s / f32_fma_gflop_s;
+    const double peak = prefill_path == "amx-bf16" ? amx_bf16_gflop_s : prefill_path == "bf16" ? bf16_dot_gflop_s : 0;
+    if (peak <= 0 || f32_fma_gflop_s <= 0) return gemm_gflop_s;
+    return peak * gemm_gflop_s / f32_fma_gflop_s;
   }
   double decode_ceiling_tok_s() const { return bandwidth_gb_s * 1e9 / decode_bytes_per_token; }
-  double prefill_ceiling_tok_s() const { return prefill_gemm_gflop_s() * 1e9 / (prefill_flops / prompt_tokens); }
+  // A roofline: a prefill does its FLOPs at the GEMM rate AND reads every weight once (as decode
+  // does per token) at the read bandwidth, so it takes at least the longer of the two. The f32 and
+  // bf16 paths are far on the compute side; AMX tiles can move the prefill of a few hundred tokens
+  // onto the memory side.
+  double prefill_compute_seconds() const { return prefill_flops / (prefill_gemm_gflop_s() * 1e9); }
+  double prefill_memory_seconds() const { return decode_bytes_per_token / (bandwidth_gb_s * 1e9); }
+  double prefill_ceiling_tok_s() const {
+    return prompt_tokens / std::max(prefill_compute_seconds(), prefill_memory_seconds());
+  }
   // The prefill ceiling per CPU-second x threads (Eigen's GEMM timed by CPU time, same scaling).
   double prefill_cpu_ceiling_tok_s() const {
     return prefill_ceiling_tok_s() * (gemm_gflop_s > 0 ? gemm_cpu_gflop_s / gemm_gflop_s : 0.0);
@@ -85,8 +96,9 @@ struct BenchResult {
 // The weight bytes one decode step reads as stored: every tensor except the embedding table (one
 // row per token) unless it doubles as the LM head; norms and biases in f32 as the backend keeps them.
 double decode_bytes_per_token(const ModelConfig& config, const WeightStore& weights);
-// The prefill's compute path on the fast CPU backend for these weights: "bf16" when most matrix
-// bytes are bf16 or block types and the CPU has AVX512-BF16, else "f32".
+// The prefill's compute path on the fast CPU backend for these weights: when most matrix bytes are
+// bf16 or block types, "amx-bf16" where the CPU has AMX tiles (kernels::has_amx()), else "bf16"
+// where it has AVX512-BF16; otherwise "f32".
 std::string prefill_path(const WeightStore& weights);
 
 // Streaming read of a buffer (much larger than the caches: 2 GiB by default) on `threads`

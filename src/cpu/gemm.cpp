@@ -10,6 +10,12 @@
 
 #include "core/error.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace journey::cpu {
 
 namespace kernels {
@@ -35,6 +41,14 @@ size_t bf16_rows_scratch_bytes();
 void bf16_rows(DType type, float* y, const uint16_t* x, const void* weight, size_t row_bytes, const float* bias,
                int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end, void* scratch);
 }  // namespace avx512bf16
+namespace amx {
+double peak_loop(int kind, int64_t iterations, float* sink);
+size_t amx_rows_scratch_bytes(int64_t in);
+void amx_pack_tokens(const uint16_t* x, int64_t T, int64_t in, uint16_t* packed);
+void amx_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,
+              const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
+              void* scratch);
+}  // namespace amx
 #endif
 
 bool supports(Isa isa) {
@@ -54,15 +68,15 @@ bool supports(Isa isa) {
 namespace {
 
 // The kernel levels JOURNEY_CPU_ISA may name, lowest first; the last is the default (no cap).
-constexpr const char* kIsaLevels[] = {"generic", "avx2", "avx512-vnni", "avx512-bf16"};
-constexpr int kNoCap = 3;
+constexpr const char* kIsaLevels[] = {"generic", "avx2", "avx512-vnni", "avx512-bf16", "amx"};
+constexpr int kNoCap = 4;
 
 int parse_isa_cap() {
   const char* value = std::getenv("JOURNEY_CPU_ISA");
   if (value == nullptr || *value == '\0') return kNoCap;
   for (int level = 0; level <= kNoCap; ++level)
     if (std::string_view(value) == kIsaLevels[level]) return level;
-  fail("JOURNEY_CPU_ISA='", value, "' is not a kernel level; expected one of generic, avx2, avx512-vnni, avx512-bf16 ",
+  fail("JOURNEY_CPU_ISA='", value, "' is not a kernel level; expected one of generic, avx2, avx512-vnni, avx512-bf16, amx ",
        "(or unset: the best this CPU has)");
 }
 
@@ -94,9 +108,31 @@ bool has_bf16_dot() {
 #endif
 }
 
+#if defined(__x86_64__)
+// The CPU has the AMX tiles and their bf16 instruction (CPUID leaf 7: EDX bit 24 AMX-TILE, bit 22
+// AMX-BF16), and Linux lets this process use the 8 KB of tile state (arch_prctl
+// ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA; without the grant the first tile instruction faults).
+bool amx_usable() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  if (!(edx & (1u << 24)) || !(edx & (1u << 22))) return false;
+  constexpr long kArchRequestTilePermission = 0x1023, kTileDataFeature = 18;
+  return syscall(SYS_arch_prctl, kArchRequestTilePermission, kTileDataFeature) == 0;
+}
+#endif
+
+bool has_amx() {
+#ifdef JOURNEY_KERNELS_X86
+  static const bool has = isa_cap() >= 4 && has_bf16_dot() && amx_usable();
+  return has;
+#else
+  return false;
+#endif
+}
+
 std::string kernel_choice() {
   std::string choice = isa_name(best_isa());
-  choice += has_bf16_dot() ? " + avx512-bf16 prefill" : "";
+  choice += has_amx() ? " + amx-bf16 prefill" : has_bf16_dot() ? " + avx512-bf16 prefill" : "";
   if (isa_cap() != kNoCap) choice += std::string(" (JOURNEY_CPU_ISA=") + kIsaLevels[isa_cap()] + ")";
   return choice;
 }
@@ -124,6 +160,7 @@ double peak_rate(PeakKind kind, double seconds) {
     const int k = int(kind);
 #ifdef JOURNEY_KERNELS_X86
     if (kind == PeakKind::Bf16Dot) return has_bf16_dot() ? avx512bf16::peak_loop(k, iterations, sink) : 0;
+    if (kind == PeakKind::AmxBf16) return has_amx() ? amx::peak_loop(k, iterations, sink) : 0;
     // the instructions the kernels use: JOURNEY_CPU_ISA's cap applies to the peaks too
     if (kind == PeakKind::Int8Dot) return best_isa() == Isa::Avx512 ? avx512::peak_loop(k, iterations, sink) : 0;
     if (best_isa() == Isa::Avx512) return avx512::peak_loop(k, iterations, sink);
@@ -187,6 +224,36 @@ void bf16_rows(DType type, float* y, const uint16_t* x, const void* weight, size
   (void)type, (void)y, (void)x, (void)weight, (void)row_bytes, (void)bias, (void)T, (void)in, (void)out,
       (void)row_begin, (void)row_end, (void)scratch;
   fail("bf16_rows: this CPU has no AVX512-BF16 (check kernels::has_bf16_dot() first)");
+}
+
+size_t amx_rows_scratch_bytes(int64_t in) {
+#ifdef JOURNEY_KERNELS_X86
+  if (has_amx()) return amx::amx_rows_scratch_bytes(in);
+#endif
+  (void)in;
+  return 0;
+}
+
+void amx_pack_tokens(const uint16_t* x, int64_t T, int64_t in, uint16_t* packed) {
+  if (in % 32 != 0) fail("amx_pack_tokens: rows of ", in, " values; AMX tiles take multiples of 32");
+#ifdef JOURNEY_KERNELS_X86
+  if (has_amx()) return amx::amx_pack_tokens(x, T, in, packed);
+#endif
+  (void)x, (void)T, (void)packed;
+  fail("amx_pack_tokens: no AMX-BF16 here (check kernels::has_amx() first)");
+}
+
+void amx_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,
+              const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
+              void* scratch) {
+  if (in % 32 != 0) fail("amx_rows: rows of ", in, " weights; AMX tiles take multiples of 32");
+#ifdef JOURNEY_KERNELS_X86
+  if (has_amx())
+    return amx::amx_rows(type, y, x_packed, weight, row_bytes, bias, T, in, out, row_begin, row_end, scratch);
+#endif
+  (void)type, (void)y, (void)x_packed, (void)weight, (void)row_bytes, (void)bias, (void)T, (void)out,
+      (void)row_begin, (void)row_end, (void)scratch;
+  fail("amx_rows: no AMX-BF16 here (check kernels::has_amx() first)");
 }
 
 }  // namespace kernels

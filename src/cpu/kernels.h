@@ -41,6 +41,11 @@ const char* isa_name(Isa isa);
 // and block-quantized weights. False where the CPU lacks it (or JOURNEY_CPU_ISA is below
 // avx512-bf16); then prefill widens to f32.
 bool has_bf16_dot();
+// AMX-BF16 (tdpbf16ps on 16 x 32 tiles: 8192 bf16 multiply-adds per instruction): the prefill path
+// of bf16 and block-quantized weights on Intel CPUs from Sapphire Rapids on, when the kernel grants
+// this process the tile state (Linux arch_prctl ARCH_REQ_XCOMP_PERM) and JOURNEY_CPU_ISA does not cap
+// it (below "amx"). Implies has_bf16_dot().
+bool has_amx();
 // What runs, for logs and journey bench: "avx512-vnni + avx512-bf16 prefill", "avx2", ... with the
 // cap named when JOURNEY_CPU_ISA set one. Throws journey::Error for a bad JOURNEY_CPU_ISA.
 std::string kernel_choice();
@@ -119,10 +124,10 @@ inline bool has_fused_dot(DType type) {
 }
 
 // The instructions behind the products, for journey bench's ceilings.
-enum class PeakKind { F32Fma, Int8Dot, Bf16Dot };
+enum class PeakKind { F32Fma, Int8Dot, Bf16Dot, AmxBf16 };
 // Operations (2 per multiply-add) one thread does per second in a register-resident loop of the
-// instruction (f32 FMA of the best Isa, AVX512-VNNI vpdpbusd, AVX512-BF16 vdpbf16ps), measured for
-// about `seconds`; 0 when the CPU lacks it.
+// instruction (f32 FMA of the best Isa, AVX512-VNNI vpdpbusd, AVX512-BF16 vdpbf16ps, AMX-BF16
+// tdpbf16ps on tiles), measured for about `seconds`; 0 when the CPU lacks it.
 double peak_rate(PeakKind kind, double seconds = 0.2);
 
 // ---- AVX512-BF16 (only when has_bf16_dot()) ---------------------------------------------------
@@ -140,5 +145,25 @@ size_t bf16_rows_scratch_bytes();
 // every token.
 void bf16_rows(DType type, float* y, const uint16_t* x, const void* weight, size_t row_bytes, const float* bias,
                int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end, void* scratch);
+
+// ---- AMX-BF16 (only when has_amx()) -----------------------------------------------------------
+
+// Tiles of 16 tokens amx_pack_tokens writes for T tokens: whole pairs (amx_rows multiplies 32 tokens
+// per pass; the padding tokens are zero).
+inline int64_t amx_token_tiles(int64_t T) { return (T + 31) / 32 * 2; }
+// Elements (bf16) of amx_pack_tokens's output for T tokens of `in` values.
+inline int64_t amx_packed_tokens_size(int64_t T, int64_t in) { return amx_token_tiles(T) * 16 * in; }
+// x [T, in] bf16 (to_bf16's output; in a multiple of 32) re-laid out as the token tiles tdpbf16ps
+// reads: [amx_token_tiles(T), in / 32, 16 pairs, 16 tokens, 2] — tile (b, c) holds tokens
+// 16b .. 16b + 15, inputs 32c .. 32c + 31, each pair of inputs side by side ("VNNI" layout).
+void amx_pack_tokens(const uint16_t* x, int64_t T, int64_t in, uint16_t* packed);
+// Scratch one thread of amx_rows needs (bytes), for rows of `in` weights.
+size_t amx_rows_scratch_bytes(int64_t in);
+// bf16_rows on AMX tiles: columns [row_begin, row_end) of y = x W^T (+ bias), x packed by
+// amx_pack_tokens, W of `type` [out, in] row-major (`in` a multiple of 32), copied or dequantized to
+// bf16 32 rows at a time (the value bf16_rows multiplies); f32 sums.
+void amx_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,
+              const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
+              void* scratch);
 
 }  // namespace journey::cpu::kernels

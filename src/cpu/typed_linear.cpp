@@ -23,6 +23,7 @@ struct Scratch {
   std::vector<float> s, o;             // [in / 16]
   HugePageFloats rows;                 // [kFallbackRows, in] rows widened to f32 (no AVX512-BF16)
   std::vector<unsigned char> bf16;     // kernels::bf16_rows's panel
+  std::vector<unsigned char> amx;      // kernels::amx_rows's panel and tiles
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -164,6 +165,12 @@ PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<co
   if (bf16) {
     bf16_.resize(size_t(T * in));
     kernels::to_bf16(x, bf16_.data(), T * in);
+    // AMX: the tokens once more, in the tile layout tdpbf16ps reads (every thread and target shares it)
+    amx_ = kernels::has_amx() && in % 32 == 0;
+    if (amx_) {
+      amx_tokens_.resize(size_t(kernels::amx_packed_tokens_size(T, in)));
+      kernels::amx_pack_tokens(bf16_.data(), T, in, amx_tokens_.data());
+    }
   }
 }
 
@@ -177,6 +184,13 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   const bool bf16_path = prefill && kernels::has_bf16_dot() && type != DType::F16;
   const size_t row_bytes = size_t(dtype_bytes_for(type, in));
   const char* weight = static_cast<const char*>(target.weight.data);
+  if (bf16_path && amx_) {
+    Scratch& s = scratch();
+    ensure(s.amx, kernels::amx_rows_scratch_bytes(in));
+    kernels::amx_rows(type, target.y, amx_tokens_.data(), weight, row_bytes, target.bias, T, in, out, begin, end,
+                      s.amx.data());
+    return;
+  }
   if (bf16_path) {
     Scratch& s = scratch();
     ensure(s.bf16, kernels::bf16_rows_scratch_bytes());

@@ -5,8 +5,10 @@
 //   weight type   1 token (decode) .. 16 tokens            more than 16 tokens (prefill)
 //   f32           Eigen GEMV (1) / tile kernel (2..16)     Eigen GEMM
 //   f16           tile kernel, f16 widened in registers (F16C)
-//   bf16          tile kernel, bf16 widened in registers   vdpbf16ps, x rounded to bf16 (AVX512-BF16)
-//   block types   x -> Q8_0 / Q8_K, integer dots           vdpbf16ps on panels dequantized to bf16
+//   bf16          tile kernel, bf16 widened in registers   AMX tiles (tdpbf16ps) where the CPU has
+//                                                          them, else vdpbf16ps (AVX512-BF16); x
+//                                                          rounded to bf16
+//   block types   x -> Q8_0 / Q8_K, integer dots           the same on panels dequantized to bf16
 //                 (vpdpbusd on AVX512-VNNI; 6..16 tokens:   (without AVX512-BF16: panels in f32)
 //                 all in register lanes, Q8_0 and Q4_0
 //                 read as stored, the others unpacked)
@@ -64,6 +66,8 @@ class PreparedInput {
   QuantizedInput q8_0_, q8_k_;  // filled when a target needs them
   bool token_lanes_ = false;    // q8_0_ / q8_k_ also laid out for dot_tokens: run_block takes that path
   HugePageVector<uint16_t> bf16_;  // [T, in] x rounded to bf16, for prefill on AVX512-BF16
+  bool amx_ = false;               // prefill on AMX tiles (kernels::has_amx(), in a multiple of 32)
+  HugePageVector<uint16_t> amx_tokens_;  // [amx_packed_tokens_size(T, in)] bf16_ in AMX token tiles
 };
 
 }  // namespace journey::cpu

@@ -226,5 +226,5 @@ TEST_CASE("JOURNEY_CPU_ISA caps the kernels: the fallback a CPU without AVX-512 
 
   Run bad = capped("sse9", prompt);
   CHECK(bad.status != 0);
-  CHECK(has(bad.err, "JOURNEY_CPU_ISA='sse9' is not a kernel level; expected one of generic, avx2, avx512-vnni, avx512-bf16"));
+  CHECK(has(bad.err, "JOURNEY_CPU_ISA='sse9' is not a kernel level; expected one of generic, avx2, avx512-vnni, avx512-bf16, amx"));
 }

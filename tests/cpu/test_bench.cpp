@@ -81,3 +81,21 @@ TEST_CASE("bench: bytes per decoded token as stored: f16 matrices count 2 bytes 
   CHECK(weight_type_summary(f16.weights).find("f16 x ") != std::string::npos);
   CHECK(prefill_path(testmodel::make_model(config, values).weights) == "f32");  // f32 weights: Eigen's GEMM
 }
+
+TEST_CASE("bench: the prefill ceiling is a roofline — the longer of its GEMM time and one read of the weights") {
+  BenchResult r;
+  r.prompt_tokens = 128;
+  r.prefill_flops = 256e9;            // 2 GFLOP per token
+  r.decode_bytes_per_token = 2e9;     // the weights, read once per prefill too
+  r.bandwidth_gb_s = 20;              // 0.1 s to read them
+  r.gemm_gflop_s = 100;               // Eigen's f32 GEMM
+  r.f32_fma_gflop_s = 200;            // Eigen reaches half the f32 FMA peak
+  r.prefill_path = "f32";             // 2.56 s of GEMM: compute-bound
+  CHECK(r.prefill_ceiling_tok_s() == doctest::Approx(128 / 2.56));
+  r.prefill_path = "amx-bf16";
+  r.amx_bf16_gflop_s = 8000;          // half of it: 4000 GFLOP/s, 0.064 s of GEMM < 0.1 s of reading
+  CHECK(r.prefill_gemm_gflop_s() == doctest::Approx(4000));
+  CHECK(r.prefill_ceiling_tok_s() == doctest::Approx(128 / 0.1));
+  r.amx_bf16_gflop_s = 0;             // no AMX measured: Eigen's rate, not a made-up one
+  CHECK(r.prefill_gemm_gflop_s() == doctest::Approx(100));
+}

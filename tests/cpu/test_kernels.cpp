@@ -1,6 +1,6 @@
 // The typed kernels of cpu/kernels.h on EVERY instruction set this CPU runs (the op test in
 // tests/backends runs the best one only): unpacking each block type, the integer dot product
-// against Q8 activations, the f16/bf16 tile kernel, and the AVX512-BF16 prefill kernel — each
+// against Q8 activations, the f16/bf16 tile kernel, and the bf16 prefill kernels (AVX512-BF16, AMX) — each
 // against a double-precision loop over the reference dequantizer's values (quant::dequantize).
 #include <doctest/doctest.h>
 
@@ -243,41 +243,57 @@ TEST_CASE("kernels: the f16 and bf16 tile kernel equals the f32 one on the widen
   }
 }
 
-TEST_CASE("kernels: the AVX512-BF16 prefill kernel equals a double-precision loop over bf16-rounded values") {
+TEST_CASE("kernels: the bf16 prefill kernels (AVX512-BF16, AMX tiles) equal a double-precision loop over bf16-rounded values") {
   if (!cpu::kernels::has_bf16_dot()) {
-    MESSAGE("this CPU lacks AVX512-BF16; the prefill kernel is not tested (prefill widens to f32 instead)");
+    MESSAGE("this CPU lacks AVX512-BF16; the prefill kernels are not tested (prefill widens to f32 instead)");
     return;
   }
-  for (DType type : {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
-    for (int64_t T : {17, 40})
-      for (auto [in, out] : {std::pair<int64_t, int64_t>{256, 13}, {2304, 7}, {4608, 3}}) {  // 4608: three slices
-        CAPTURE(dtype_name(type)); CAPTURE(T); CAPTURE(in); CAPTURE(out);
-        const auto x = scalar::random_vector(size_t(T * in), 31);
-        const auto values = scalar::random_vector(size_t(out * in), 32, 0.5f);
-        const auto bias = scalar::random_vector(size_t(out), 33);
-        const auto bytes = quantized(type, values);
-        std::vector<float> w(values.size());
-        quant::dequantize(type, bytes.data(), w.data(), int64_t(values.size()));
-        std::vector<uint16_t> xb(x.size());
-        cpu::kernels::to_bf16(x.data(), xb.data(), int64_t(x.size()));
-        std::vector<unsigned char> scratch(cpu::kernels::bf16_rows_scratch_bytes());
-        const float sentinel = 12345.0f;
-        std::vector<float> got(static_cast<size_t>(T * out), sentinel);
-        // rows [1, out): row 0 must stay untouched
-        cpu::kernels::bf16_rows(type, got.data(), xb.data(), bytes.data(), size_t(dtype_bytes_for(type, in)),
-                                bias.data(), T, in, out, 1, out, scratch.data());
-        for (int64_t t = 0; t < T; ++t) {
-          CHECK(got[size_t(t * out)] == sentinel);
-          for (int64_t o = 1; o < out; ++o) {
-            double want = bias[size_t(o)], magnitude = std::abs(want);
-            for (int64_t i = 0; i < in; ++i) {
-              const double product = double(bf16_to_f32(xb[size_t(t * in + i)])) *
-                                     bf16_to_f32(f32_to_bf16(w[size_t(o * in + i)]));
-              want += product;
-              magnitude += std::abs(product);
+  const bool amx = cpu::kernels::has_amx();
+  if (!amx) MESSAGE("no AMX-BF16 here (or JOURNEY_CPU_ISA caps it): only the AVX512-BF16 kernel is tested");
+  for (const bool on_tiles : {false, true}) {
+    if (on_tiles && !amx) continue;
+    for (DType type : {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+      for (int64_t T : {1, 17, 40})
+        // 4608: three slices of the AVX512-BF16 kernel; out = 70: two AMX panels of 32 rows and a part
+        for (auto [in, out] : {std::pair<int64_t, int64_t>{256, 13}, {2304, 7}, {4608, 3}, {256, 70}}) {
+          CAPTURE(on_tiles); CAPTURE(dtype_name(type)); CAPTURE(T); CAPTURE(in); CAPTURE(out);
+          const auto x = scalar::random_vector(size_t(T * in), 31);
+          const auto values = scalar::random_vector(size_t(out * in), 32, 0.5f);
+          const auto bias = scalar::random_vector(size_t(out), 33);
+          const auto bytes = quantized(type, values);
+          std::vector<float> w(values.size());
+          quant::dequantize(type, bytes.data(), w.data(), int64_t(values.size()));
+          std::vector<uint16_t> xb(x.size());
+          cpu::kernels::to_bf16(x.data(), xb.data(), int64_t(x.size()));
+          const float sentinel = 12345.0f;
+          std::vector<float> got(static_cast<size_t>(T * out), sentinel);
+          const size_t row_bytes = size_t(dtype_bytes_for(type, in));
+          // rows [1, out): row 0 must stay untouched
+          if (on_tiles) {
+            std::vector<uint16_t> packed(size_t(cpu::kernels::amx_packed_tokens_size(T, in)));
+            cpu::kernels::amx_pack_tokens(xb.data(), T, in, packed.data());
+            std::vector<unsigned char> scratch(cpu::kernels::amx_rows_scratch_bytes(in));
+            cpu::kernels::amx_rows(type, got.data(), packed.data(), bytes.data(), row_bytes, bias.data(), T, in, out,
+                                   1, out, scratch.data());
+          } else {
+            std::vector<unsigned char> scratch(cpu::kernels::bf16_rows_scratch_bytes());
+            cpu::kernels::bf16_rows(type, got.data(), xb.data(), bytes.data(), row_bytes, bias.data(), T, in, out, 1,
+                                    out, scratch.data());
+          }
+          for (int64_t t = 0; t < T; ++t) {
+            CHECK(got[size_t(t * out)] == sentinel);
+            for (int64_t o = 1; o < out; ++o) {
+              double want = bias[size_t(o)], magnitude = std::abs(want);
+              for (int64_t i = 0; i < in; ++i) {
+                const double product = double(bf16_to_f32(xb[size_t(t * in + i)])) *
+                                       bf16_to_f32(f32_to_bf16(w[size_t(o * in + i)]));
+                want += product;
+                magnitude += std::abs(product);
+              }
+              // f32 sums of exact bf16 products: the order of the sums differs, ~1e-7 relative each
+              CHECK(std::abs(got[size_t(t * out + o)] - want) <= 1e-5 * magnitude);
             }
-            CHECK(std::abs(got[size_t(t * out + o)] - want) <= 1e-5 * magnitude);
           }
         }
-      }
+  }
 }
