@@ -5,7 +5,9 @@
 // (the brgemm matmul sizes its work split then) and runs its parallel regions with that many.
 // So the count is set with omp_set_num_threads() around both the creation and the runs, and the
 // caller's value is put back afterwards (journey's own kernels ask OpenMP for their count per call).
-// Checked with tests/cpu/bench_prefill_gemm: 2 threads run about twice as fast as 1 on 2 free cores.
+// Checked once by hand on the 2-core VM: after measure() with threads = 1 the process still had
+// one thread (/proc/self/task), with 2 OpenMP's pool had grown to two, and omp_get_max_threads()
+// read as before each time (test_onednn checks that last part).
 #include "cpu/onednn_matmul.h"
 
 #include <algorithm>
@@ -65,22 +67,37 @@ class OpenMpThreads {
 // One oneDNN matmul primitive for a shape and type, on journey's layouts. oneDNN computes
 // dst [M, N] = src [M, K] · weights [K, N]; journey's weight is [N, K] row-major, which is the
 // [K, N] matrix with strides {1, K} (element (k, n) at n·K + k): a transposed view, no copy.
+// With WeightLayout::Prepacked the primitive takes the weight in the layout it chose instead, which
+// weight_memory() makes from journey's.
 class Matmul {
  public:
-  Matmul(int64_t M, int64_t K, int64_t N, DType type) {
+  Matmul(int64_t M, int64_t K, int64_t N, DType type, WeightLayout layout = WeightLayout::AsStored) {
     const auto input = type == DType::BF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
     x_desc_ = dnnl::memory::desc({M, K}, input, {K, 1});                            // x      [M, K] row-major
-    weight_desc_ = dnnl::memory::desc({K, N}, input, {1, K});                       // weight [N, K] read as [K, N]
+    stored_weight_desc_ = dnnl::memory::desc({K, N}, input, {1, K});                // weight [N, K] read as [K, N]
     y_desc_ = dnnl::memory::desc({M, N}, dnnl::memory::data_type::f32, {N, 1});     // y      [M, N] row-major
-    descriptor_ = dnnl::matmul::primitive_desc(dnnl::matmul::desc(x_desc_, weight_desc_, y_desc_), engine_);
+    const dnnl::memory::desc weight_desc = layout == WeightLayout::Prepacked
+                                               ? dnnl::memory::desc({K, N}, input, dnnl::memory::format_tag::any)
+                                               : stored_weight_desc_;
+    descriptor_ = dnnl::matmul::primitive_desc(dnnl::matmul::desc(x_desc_, weight_desc, y_desc_), engine_);
     primitive_ = dnnl::matmul(descriptor_);
   }
 
-  void run(float* y, const void* x, const void* weight) {
+  // journey's [N, K] weight as the primitive takes it: wrapped in place (AsStored), or copied into
+  // the layout the primitive chose (Prepacked; oneDNN allocates the copy).
+  dnnl::memory weight_memory(const void* weight) {
+    dnnl::memory stored(stored_weight_desc_, engine_, const_cast<void*>(weight));  // oneDNN only reads it
+    if (descriptor_.weights_desc() == stored_weight_desc_) return stored;
+    dnnl::memory packed(descriptor_.weights_desc(), engine_);
+    dnnl::reorder(stored, packed).execute(stream_, stored, packed);
+    stream_.wait();
+    return packed;
+  }
+
+  void run(float* y, const void* x, const dnnl::memory& weight) {
     dnnl::memory x_memory(x_desc_, engine_, const_cast<void*>(x));  // oneDNN's handles are not const; it only reads
-    dnnl::memory weight_memory(weight_desc_, engine_, const_cast<void*>(weight));
     dnnl::memory y_memory(y_desc_, engine_, y);
-    primitive_.execute(stream_, {{DNNL_ARG_SRC, x_memory}, {DNNL_ARG_WEIGHTS, weight_memory}, {DNNL_ARG_DST, y_memory}});
+    primitive_.execute(stream_, {{DNNL_ARG_SRC, x_memory}, {DNNL_ARG_WEIGHTS, weight}, {DNNL_ARG_DST, y_memory}});
     stream_.wait();
   }
 
@@ -89,7 +106,7 @@ class Matmul {
  private:
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream_{engine_};
-  dnnl::memory::desc x_desc_, weight_desc_, y_desc_;
+  dnnl::memory::desc x_desc_, stored_weight_desc_, y_desc_;
   dnnl::matmul::primitive_desc descriptor_;
   dnnl::matmul primitive_;
 };
@@ -122,7 +139,7 @@ void matmul(float* y, const void* x, const void* weight, int64_t M, int64_t K, i
   try {
     OpenMpThreads scope(threads);
     Matmul product(M, K, N, type);  // oneDNN's primitive cache makes a repeated shape cheap
-    product.run(y, x, weight);
+    product.run(y, x, product.weight_memory(weight));
   } catch (const dnnl::error& e) {
     fail("oneDNN matmul ", describe(M, K, N, type), ": ", e.what(), " (dnnl_status_t ", int(e.status), ")");
   }
@@ -134,23 +151,25 @@ void matmul(float* y, const void* x, const void* weight, int64_t M, int64_t K, i
 #endif
 }
 
-MatmulRate measure(int threads, int64_t M, int64_t K, int64_t N, DType type, double seconds) {
+MatmulRate measure(int threads, int64_t M, int64_t K, int64_t N, DType type, double seconds, WeightLayout layout) {
   check_arguments(M, K, N, type);
 #ifdef JOURNEY_HAVE_ONEDNN
   try {
     OpenMpThreads scope(threads);
-    Matmul product(M, K, N, type);
+    Matmul product(M, K, N, type, layout);
     const std::vector<uint8_t> x = random_values(type, M * K, 1);       // [M, K]
-    const std::vector<uint8_t> weight = random_values(type, N * K, 2);  // [N, K]
+    std::vector<uint8_t> stored = random_values(type, N * K, 2);        // [N, K]
     std::vector<float> y(size_t(M * N));                                // [M, N]
-    product.run(y.data(), x.data(), weight.data());  // untimed: first touches of y, oneDNN's scratchpad
+    const dnnl::memory weight = product.weight_memory(stored.data());  // [K, N] as the primitive takes it
+    if (layout == WeightLayout::Prepacked) std::vector<uint8_t>().swap(stored);  // as at load: only the packed copy stays
+    product.run(y.data(), x.data(), weight);  // untimed: first touches of y, oneDNN's scratchpad
     using Clock = std::chrono::steady_clock;
     const double flops = 2.0 * double(M) * double(K) * double(N);
     const Clock::time_point start = Clock::now();
     double best_seconds = 1e30;
     for (int run = 0; run < 3 || std::chrono::duration<double>(Clock::now() - start).count() < seconds; ++run) {
       const Clock::time_point t0 = Clock::now();
-      product.run(y.data(), x.data(), weight.data());
+      product.run(y.data(), x.data(), weight);
       best_seconds = std::min(best_seconds, std::chrono::duration<double>(Clock::now() - t0).count());
     }
     return {flops / best_seconds / 1e9, product.implementation()};
@@ -158,7 +177,7 @@ MatmulRate measure(int threads, int64_t M, int64_t K, int64_t N, DType type, dou
     fail("oneDNN matmul ", describe(M, K, N, type), ": ", e.what(), " (dnnl_status_t ", int(e.status), ")");
   }
 #else
-  (void)threads, (void)seconds;
+  (void)threads, (void)seconds, (void)layout;
   return {0, "not built"};
 #endif
 }

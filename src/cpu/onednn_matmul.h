@@ -34,10 +34,18 @@ struct MatmulRate {
   std::string implementation;  // oneDNN's name of the kernel it chose, e.g. "brg:avx512_core_amx"
 };
 
+// How measure() hands oneDNN the weight. AsStored: journey's [N, K] rows, as matmul() does; a
+// kernel that wants another layout (AMX wants bf16 pairs of k interleaved) repacks the weight inside
+// every call, and that is timed. Prepacked: in the layout oneDNN picks for this shape and kernel
+// (format_tag::any), reordered once before the timing, as an engine would at load: the kernel's
+// own rate, the ceiling for a kernel that is free to choose its weight layout.
+enum class WeightLayout { AsStored, Prepacked };
+
 // Times matmul()'s primitive on random data of this shape: the primitive and the buffers are made
 // once (the weight is a full [N, K] matrix, so it is read from wherever that size lives in the
 // cache hierarchy), then it runs for about `seconds` (at least 3 runs) and the best run counts.
 // {0, "not built"} without oneDNN; fails like matmul() for a type or size it refuses.
-MatmulRate measure(int threads, int64_t M, int64_t K, int64_t N, DType type, double seconds = 0.3);
+MatmulRate measure(int threads, int64_t M, int64_t K, int64_t N, DType type, double seconds = 0.3,
+                   WeightLayout layout = WeightLayout::AsStored);
 
 }  // namespace journey::cpu::onednn

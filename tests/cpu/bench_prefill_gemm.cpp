@@ -2,11 +2,16 @@
 // y [M, N] = x [M, K] · weightᵀ with M prompt tokens, in GFLOP/s (2·M·K·N per product, the best
 // run, wall clock), on 1 and 2 threads:
 //
-//   onednn bf16  oneDNN's matmul, x and weight bf16, sums in f32 (cpu/onednn_matmul.h), and the
-//                kernel oneDNN picked (e.g. "brg:avx512_core_amx": its brgemm on AMX tiles)
-//   onednn f32   the same in f32
-//   eigen f32    Eigen's GEMM of the same shape, what `journey bench` takes as the f32 prefill
-//                ceiling (measure_gemm_gflops, cpu/bench.h)
+//   onednn bf16         oneDNN's matmul, x and weight bf16, sums in f32 (cpu/onednn_matmul.h), the
+//                       weight as journey stores it ([N, K] rows): a kernel that wants another
+//                       layout repacks it inside every call, and that is timed
+//   onednn bf16 packed  the same with the weight in the layout oneDNN chose, packed once before the
+//                       timing (as an engine would at load): the kernel's own rate
+//   onednn f32 (packed) the same two in f32
+//   eigen f32           Eigen's GEMM of the same shape, what `journey bench` takes as the f32 prefill
+//                       ceiling (measure_gemm_gflops, cpu/bench.h)
+//   kernels             the kernel oneDNN picked, e.g. "brg:avx512_core_amx_bf16" (its brgemm on
+//                       AMX tiles); "packed:" where the packed weight made it pick another
 //
 // The weight is a whole [N, K] matrix, allocated once, as in the model. The 1-minute load average
 // (/proc/loadavg, what `uptime` prints) is printed before and after: on a shared machine the rates
@@ -63,19 +68,30 @@ int main(int argc, char** argv) {
   std::printf("prefill GEMM, M = %lld tokens, GFLOP/s (best run, wall clock); %s\n", (long long)tokens,
               load_average_line().c_str());
   if (!cpu::onednn::available()) std::printf("(journey was built without oneDNN: its columns read 0, \"not built\")\n");
-  std::printf("%-14s %-11s %7s  %11s %-24s %11s %-24s %10s\n", "weight", "[K, N]", "threads", "onednn bf16", "(kernel)",
-              "onednn f32", "(kernel)", "eigen f32");
+  std::printf("%-14s %-12s %7s %11s %11s %11s %11s %10s  %s\n", "weight", "[K, N]", "threads", "onednn bf16", "bf16 packed",
+              "onednn f32", "f32 packed", "eigen f32", "kernels");
+  using cpu::onednn::WeightLayout;
   for (int threads : {1, 2}) {
     for (const Shape& shape : kShapes) {
-      const cpu::onednn::MatmulRate bf16 = cpu::onednn::measure(threads, tokens, shape.K, shape.N, DType::BF16, seconds);
-      const cpu::onednn::MatmulRate f32 = cpu::onednn::measure(threads, tokens, shape.K, shape.N, DType::F32, seconds);
+      auto onednn = [&](DType type, WeightLayout layout) {
+        return cpu::onednn::measure(threads, tokens, shape.K, shape.N, type, seconds, layout);
+      };
+      const cpu::onednn::MatmulRate bf16 = onednn(DType::BF16, WeightLayout::AsStored);
+      const cpu::onednn::MatmulRate bf16_packed = onednn(DType::BF16, WeightLayout::Prepacked);
+      const cpu::onednn::MatmulRate f32 = onednn(DType::F32, WeightLayout::AsStored);
+      const cpu::onednn::MatmulRate f32_packed = onednn(DType::F32, WeightLayout::Prepacked);
       const double eigen = measure_gemm_gflops(threads, tokens, shape.K, shape.N);
       // journey's own prefill kernels (the AVX512-BF16 / AMX-BF16 panel GEMM of cpu/typed_linear.h)
       // go here, timed on the same shape and weight layout, as further columns.
+      auto kernels = [](const cpu::onednn::MatmulRate& stored, const cpu::onednn::MatmulRate& packed) {
+        return stored.implementation == packed.implementation ? stored.implementation
+                                                              : stored.implementation + ", packed: " + packed.implementation;
+      };
       char dims[32];
       std::snprintf(dims, sizeof dims, "[%lld, %lld]", (long long)shape.K, (long long)shape.N);
-      std::printf("%-14s %-11s %7d  %11.1f %-24s %11.1f %-24s %10.1f\n", shape.name, dims, threads, bf16.gflop_s,
-                  bf16.implementation.c_str(), f32.gflop_s, f32.implementation.c_str(), eigen);
+      std::printf("%-14s %-12s %7d %11.1f %11.1f %11.1f %11.1f %10.1f  bf16 %s; f32 %s\n", shape.name, dims, threads,
+                  bf16.gflop_s, bf16_packed.gflop_s, f32.gflop_s, f32_packed.gflop_s, eigen,
+                  kernels(bf16, bf16_packed).c_str(), kernels(f32, f32_packed).c_str());
       std::fflush(stdout);
     }
   }

@@ -135,14 +135,17 @@ TEST_CASE("oneDNN matmul: refuses other types and empty sizes with an error that
 }
 
 TEST_CASE("oneDNN measure: a positive rate and the name of the kernel oneDNN picked") {
-  for (DType type : {DType::BF16, DType::F32}) {
-    const cpu::onednn::MatmulRate rate = cpu::onednn::measure(2, 128, 2048, 256, type, 0.05);
-    MESSAGE("oneDNN ", dtype_name(type), " [128, 2048] x [256, 2048]^T on 2 threads: ", rate.gflop_s,
-            " GFLOP/s, kernel \"", rate.implementation, "\"");
-    CHECK(rate.gflop_s > 0);
-    CHECK(!rate.implementation.empty());
-    CHECK(rate.implementation != "not built");
-  }
+  using cpu::onednn::WeightLayout;
+  for (DType type : {DType::BF16, DType::F32})
+    for (WeightLayout layout : {WeightLayout::AsStored, WeightLayout::Prepacked}) {
+      const cpu::onednn::MatmulRate rate = cpu::onednn::measure(2, 128, 2048, 256, type, 0.05, layout);
+      MESSAGE("oneDNN ", dtype_name(type), " [128, 2048] x [256, 2048]^T, weight ",
+              layout == WeightLayout::Prepacked ? "prepacked" : "as stored", ", 2 threads: ", rate.gflop_s,
+              " GFLOP/s, kernel \"", rate.implementation, "\"");
+      CHECK(rate.gflop_s > 0);
+      CHECK(!rate.implementation.empty());
+      CHECK(rate.implementation != "not built");
+    }
 }
 
 int main(int argc, char** argv) {
