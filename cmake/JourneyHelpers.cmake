@@ -1,9 +1,15 @@
-# journey_add_test(NAME SOURCES... [LIBS ...] [LABELS ...])
+# journey_add_test(NAME SOURCES... [LIBS ...] [LABELS ...] [OWN_MAIN])
 # One doctest executable per module; registered with ctest and run from the repository root
-# so that tests can name data/ and tests/golden/ by relative path.
+# so that tests can name data/ and tests/golden/ by relative path. OWN_MAIN: the sources define
+# main() instead of tests/doctest_main.cpp, so that it can exit 77 (ctest "Skipped") and say why
+# when what the suite tests is not there.
 function(journey_add_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS" ${ARGN})
-  add_executable(${name} ${ARG_SOURCES} ${PROJECT_SOURCE_DIR}/tests/doctest_main.cpp)
+  cmake_parse_arguments(ARG "OWN_MAIN" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(ARG_OWN_MAIN)
+    add_executable(${name} ${ARG_SOURCES})
+  else()
+    add_executable(${name} ${ARG_SOURCES} ${PROJECT_SOURCE_DIR}/tests/doctest_main.cpp)
+  endif()
   target_link_libraries(${name} PRIVATE ${ARG_LIBS})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
   target_compile_definitions(${name} PRIVATE
@@ -11,6 +17,9 @@ function(journey_add_test name)
   add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   if(ARG_LABELS)
     set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
+  endif()
+  if(ARG_OWN_MAIN)
+    set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77)
   endif()
 endfunction()
 

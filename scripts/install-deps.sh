@@ -11,6 +11,7 @@ packages=(
   curl chromium
   clang-14 libclang-rt-14-dev libfuzzer-14-dev  # the libFuzzer targets in fuzz/ (docs/reliability.md)
   libopenmpi-dev openmpi-bin  # tensor parallelism between processes (src/parallel, mpirun; tests/parallel)
+  libdnnl-dev ocl-icd-opencl-dev  # oneDNN's matmul (src/cpu/onednn_matmul.h); its CMake config asks for OpenCL
 )
 # Node.js, for the load test scripts/bench-serve.js (Node's built-ins only, no npm packages):
 # Debian's, unless one is already installed.

@@ -1,0 +1,100 @@
+// Benchmark, not a test (no ctest entry): the prefill's matrix products at TinyLlama-1.1B's shapes,
+// y [M, N] = x [M, K] · weightᵀ with M prompt tokens, in GFLOP/s (2·M·K·N per product, the best
+// run, wall clock), on 1 and 2 threads:
+//
+//   onednn bf16         oneDNN's matmul, x and weight bf16, sums in f32 (cpu/onednn_matmul.h), the
+//                       weight as journey stores it ([N, K] rows): a kernel that wants another
+//                       layout repacks it inside every call, and that is timed
+//   onednn bf16 packed  the same with the weight in the layout oneDNN chose, packed once before the
+//                       timing (as an engine would at load): the kernel's own rate
+//   onednn f32 (packed) the same two in f32
+//   eigen f32           Eigen's GEMM of the same shape, what `journey bench` takes as the f32 prefill
+//                       ceiling (measure_gemm_gflops, cpu/bench.h)
+//   kernels             the kernel oneDNN picked, e.g. "brg:avx512_core_amx_bf16" (its brgemm on
+//                       AMX tiles); "packed:" where the packed weight made it pick another
+//
+// The weight is a whole [N, K] matrix, allocated once, as in the model. The 1-minute load average
+// (/proc/loadavg, what `uptime` prints) is printed before and after: on a shared machine the rates
+// are only as good as the cores were free.
+//
+// usage: bench_prefill_gemm [--tokens 128] [--seconds 0.3]
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "core/dtype.h"
+#include "cpu/bench.h"
+#include "cpu/onednn_matmul.h"
+
+using namespace journey;
+
+namespace {
+
+std::string load_average_line() {
+  std::ifstream in("/proc/loadavg");
+  double one = -1, five = -1, fifteen = -1;
+  in >> one >> five >> fifteen;
+  char line[96];
+  std::snprintf(line, sizeof line, "load average: %.2f, %.2f, %.2f", one, five, fifteen);
+  return line;
+}
+
+// TinyLlama-1.1B's products per layer: [K, N] of each weight, as in its config (hidden 2048,
+// 32 heads of 64, 4 KV heads, intermediate 5632).
+struct Shape {
+  const char* name;
+  int64_t K, N;
+};
+constexpr Shape kShapes[] = {
+    {"q_proj/o_proj", 2048, 2048},
+    {"k_proj/v_proj", 2048, 256},
+    {"gate/up_proj", 2048, 5632},
+    {"down_proj", 5632, 2048},
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t tokens = 128;
+  double seconds = 0.3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(argv[i + 1]);
+    else return std::fprintf(stderr, "usage: %s [--tokens 128] [--seconds 0.3]\n", argv[0]), 2;
+  }
+  if (tokens < 1 || !(seconds > 0)) return std::fprintf(stderr, "--tokens must be at least 1, --seconds positive\n"), 2;
+  std::printf("prefill GEMM, M = %lld tokens, GFLOP/s (best run, wall clock); %s\n", (long long)tokens,
+              load_average_line().c_str());
+  if (!cpu::onednn::available()) std::printf("(journey was built without oneDNN: its columns read 0, \"not built\")\n");
+  std::printf("%-14s %-12s %7s %11s %11s %11s %11s %10s  %s\n", "weight", "[K, N]", "threads", "onednn bf16", "bf16 packed",
+              "onednn f32", "f32 packed", "eigen f32", "kernels");
+  using cpu::onednn::WeightLayout;
+  for (int threads : {1, 2}) {
+    for (const Shape& shape : kShapes) {
+      auto onednn = [&](DType type, WeightLayout layout) {
+        return cpu::onednn::measure(threads, tokens, shape.K, shape.N, type, seconds, layout);
+      };
+      const cpu::onednn::MatmulRate bf16 = onednn(DType::BF16, WeightLayout::AsStored);
+      const cpu::onednn::MatmulRate bf16_packed = onednn(DType::BF16, WeightLayout::Prepacked);
+      const cpu::onednn::MatmulRate f32 = onednn(DType::F32, WeightLayout::AsStored);
+      const cpu::onednn::MatmulRate f32_packed = onednn(DType::F32, WeightLayout::Prepacked);
+      const double eigen = measure_gemm_gflops(threads, tokens, shape.K, shape.N);
+      // journey's own prefill kernels (the AVX512-BF16 / AMX-BF16 panel GEMM of cpu/typed_linear.h)
+      // go here, timed on the same shape and weight layout, as further columns.
+      auto kernels = [](const cpu::onednn::MatmulRate& stored, const cpu::onednn::MatmulRate& packed) {
+        return stored.implementation == packed.implementation ? stored.implementation
+                                                              : stored.implementation + ", packed: " + packed.implementation;
+      };
+      char dims[32];
+      std::snprintf(dims, sizeof dims, "[%lld, %lld]", (long long)shape.K, (long long)shape.N);
+      std::printf("%-14s %-12s %7d %11.1f %11.1f %11.1f %11.1f %10.1f  bf16 %s; f32 %s\n", shape.name, dims, threads,
+                  bf16.gflop_s, bf16_packed.gflop_s, f32.gflop_s, f32_packed.gflop_s, eigen,
+                  kernels(bf16, bf16_packed).c_str(), kernels(f32, f32_packed).c_str());
+      std::fflush(stdout);
+    }
+  }
+  std::printf("at the end: %s\n", load_average_line().c_str());
+  return 0;
+}
