@@ -18,6 +18,7 @@
 #include "core/threads.h"
 #include "cpu/huge_pages.h"
 #include "cpu/kernels.h"
+#include "cpu/onednn_matmul.h"
 #include "cpu/process_memory.h"
 
 #ifdef _OPENMP
@@ -233,6 +234,13 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
     r.bf16_dot_gflop_s = peak_on_threads(cpu::kernels::PeakKind::Bf16Dot, r.threads) / 1e9;
     r.int8_dot_gop_s = peak_on_threads(cpu::kernels::PeakKind::Int8Dot, r.threads) / 1e9;
     r.amx_bf16_gflop_s = peak_on_threads(cpu::kernels::PeakKind::AmxBf16, r.threads) / 1e9;
+    if (r.prefill_path != "f32" && cpu::onednn::available()) {
+      const cpu::onednn::MatmulRate rate =
+          cpu::onednn::measure(r.threads, options.prompt_tokens, c.hidden_size, c.intermediate_size, DType::BF16, 0.3,
+                               cpu::onednn::WeightLayout::Prepacked);
+      r.onednn_bf16_gflop_s = rate.gflop_s;
+      r.onednn_bf16_kernel = rate.implementation;
+    }
   }
   r.resident_peak = process_memory().resident_peak;
   return r;
@@ -259,6 +267,13 @@ std::string prefill_path(const WeightStore& weights) {
   }
   if (reduced <= all / 2) return "f32";
   return cpu::kernels::has_amx() ? "amx-bf16" : cpu::kernels::has_bf16_dot() ? "bf16" : "f32";
+}
+
+std::string BenchResult::prefill_gemm_basis() const {
+  if (prefill_path == "f32") return "Eigen's f32 GEMM";
+  if (onednn_bf16_gflop_s > 0) return "oneDNN bf16 matmul " + onednn_bf16_kernel + ", weight prepacked";
+  return prefill_path == "amx-bf16" ? "no oneDNN: AMX peak x Eigen GEMM / f32 FMA peak"
+                                    : "no oneDNN: bf16 peak x Eigen GEMM / f32 FMA peak";
 }
 
 std::string format_bench_table(const BenchResult& r) {
@@ -307,13 +322,11 @@ std::string format_bench_table(const BenchResult& r) {
   std::snprintf(line, sizeof line, "model    %.3g GB of weights read per decoded token, %.3g GFLOP per prefill\n",
                 r.decode_bytes_per_token / gb, r.prefill_flops / gb);
   out << line;
-  const char* gemm_basis = r.prefill_path == "amx-bf16" ? "AMX peak x Eigen GEMM / f32 FMA peak"
-                           : r.prefill_path == "bf16"   ? "bf16 peak x Eigen GEMM / f32 FMA peak"
-                                                        : "Eigen's f32 GEMM";
+  const std::string gemm_basis = r.prefill_gemm_basis();
   std::snprintf(line, sizeof line,
                 "prefill  compute path %s: GEMM %.1f GFLOP/s (%s); a prefill needs %.3f s of GEMM and %.3f s to "
                 "read the weights once: %s-bound\n",
-                r.prefill_path.c_str(), r.prefill_gemm_gflop_s(), gemm_basis, r.prefill_compute_seconds(),
+                r.prefill_path.c_str(), r.prefill_gemm_gflop_s(), gemm_basis.c_str(), r.prefill_compute_seconds(),
                 r.prefill_memory_seconds(), r.prefill_compute_seconds() >= r.prefill_memory_seconds() ? "compute" : "memory");
   out << line;
   row("prefill", r.prefill_tok_s, r.prefill_ceiling_tok_s(), "GEMM");
@@ -365,6 +378,9 @@ nlohmann::json bench_json(const BenchResult& r) {
           {"bf16_dot_gflop_s", r.bf16_dot_gflop_s},
           {"int8_dot_gop_s", r.int8_dot_gop_s},
           {"amx_bf16_gflop_s", r.amx_bf16_gflop_s},
+          {"onednn_bf16_gflop_s", r.onednn_bf16_gflop_s},
+          {"onednn_bf16_kernel", r.onednn_bf16_kernel},
+          {"prefill_gemm_basis", r.prefill_gemm_basis()},
           {"prefill_compute_seconds", r.prefill_compute_seconds()},
           {"prefill_memory_seconds", r.prefill_memory_seconds()},
           {"prefill_path", r.prefill_path},

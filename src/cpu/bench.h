@@ -58,15 +58,23 @@ struct BenchResult {
   // 2 operations per multiply-add.
   double f32_fma_gflop_s = 0, bf16_dot_gflop_s = 0, int8_dot_gop_s = 0;
   double amx_bf16_gflop_s = 0;        // AMX tdpbf16ps on tiles (0: no AMX, or capped)
+  // oneDNN's bf16 matmul of the prefill's shape (cpu/onednn_matmul.h, the weight prepacked in the
+  // layout it chooses: its kernel's own rate) and the kernel it chose; 0 / "not built" without oneDNN.
+  double onednn_bf16_gflop_s = 0;
+  std::string onednn_bf16_kernel;
   std::string prefill_path = "f32";   // BenchOptions::prefill_path
-  // The prefill's GEMM rate: Eigen's f32 GEMM for the f32 path; for the bf16 and amx-bf16 paths the
-  // instruction's peak scaled by how close Eigen's GEMM comes to the f32 FMA peak (what a GEMM
+  // The prefill's GEMM rate: Eigen's f32 GEMM for the f32 path. For the bf16 and amx-bf16 paths
+  // oneDNN's bf16 matmul (a library's GEMM on the same instructions, measured now); without oneDNN
+  // the instruction's peak scaled by how close Eigen's GEMM comes to the f32 FMA peak (what a GEMM
   // achieves of its instruction's peak on this machine, applied to the faster instruction).
   double prefill_gemm_gflop_s() const {
-    const double peak = prefill_path == "amx-bf16" ? amx_bf16_gflop_s : prefill_path == "bf16" ? bf16_dot_gflop_s : 0;
+    if (prefill_path == "f32") return gemm_gflop_s;
+    if (onednn_bf16_gflop_s > 0) return onednn_bf16_gflop_s;
+    const double peak = prefill_path == "amx-bf16" ? amx_bf16_gflop_s : bf16_dot_gflop_s;
     if (peak <= 0 || f32_fma_gflop_s <= 0) return gemm_gflop_s;
     return peak * gemm_gflop_s / f32_fma_gflop_s;
   }
+  std::string prefill_gemm_basis() const;
   double decode_ceiling_tok_s() const { return bandwidth_gb_s * 1e9 / decode_bytes_per_token; }
   // A roofline: a prefill does its FLOPs at the GEMM rate AND reads every weight once (as decode
   // does per token) at the read bandwidth, so it takes at least the longer of the two. The f32 and

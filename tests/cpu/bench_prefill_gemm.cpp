@@ -10,6 +10,10 @@
 //   onednn f32 (packed) the same two in f32
 //   eigen f32           Eigen's GEMM of the same shape, what `journey bench` takes as the f32 prefill
 //                       ceiling (measure_gemm_gflops, cpu/bench.h)
+//   journey bf16 / q8_0 journey's own prefill product, cpu::linear as the engine calls it (x rounded
+//                       to bf16 and packed, the weight as stored: bf16, or Q8_0 blocks dequantized
+//                       to bf16 panels on the way), on AMX tiles where the CPU has them (kernels
+//                       line of `journey bench`), else AVX512-BF16
 //   kernels             the kernel oneDNN picked, e.g. "brg:avx512_core_amx_bf16" (its brgemm on
 //                       AMX tiles); "packed:" where the packed weight made it pick another
 //
@@ -24,9 +28,17 @@
 #include <fstream>
 #include <string>
 
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <vector>
+
 #include "core/dtype.h"
 #include "cpu/bench.h"
+#include "cpu/kernels.h"
 #include "cpu/onednn_matmul.h"
+#include "cpu/ops.h"
+#include "quant/quantize.h"
 
 using namespace journey;
 
@@ -54,6 +66,32 @@ constexpr Shape kShapes[] = {
     {"down_proj", 5632, 2048},
 };
 
+// cpu::linear of a random [N, K] weight of `type` (as stored) on [M, K] random tokens: GFLOP/s of the
+// best run, repeated for about `seconds` (at least 3 runs).
+double journey_linear_gflops(int threads, int64_t M, int64_t K, int64_t N, DType type, double seconds) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> values(size_t(N * K)), x(size_t(M * K)), y(size_t(M * N));  // [N, K], [M, K], [M, N]
+  for (float& v : values) v = normal(rng);
+  for (float& v : x) v = normal(rng);
+  std::vector<unsigned char> stored(size_t(dtype_bytes_for(type, K)) * size_t(N));
+  if (type == DType::BF16) {
+    auto* bf16 = reinterpret_cast<uint16_t*>(stored.data());
+    for (size_t i = 0; i < values.size(); ++i) bf16[i] = f32_to_bf16(values[i]);
+  } else {
+    quant::quantize(type, values.data(), stored.data(), int64_t(values.size()));
+  }
+  double best = 0, spent = 0;
+  for (int run = 0; run < 3 || spent < seconds; ++run) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cpu::linear(y.data(), x.data(), {stored.data(), type}, nullptr, M, K, N, threads);
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    spent += t;
+    best = std::max(best, 2.0 * double(M) * double(K) * double(N) / t / 1e9);
+  }
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -68,8 +106,9 @@ int main(int argc, char** argv) {
   std::printf("prefill GEMM, M = %lld tokens, GFLOP/s (best run, wall clock); %s\n", (long long)tokens,
               load_average_line().c_str());
   if (!cpu::onednn::available()) std::printf("(journey was built without oneDNN: its columns read 0, \"not built\")\n");
-  std::printf("%-14s %-12s %7s %11s %11s %11s %11s %10s  %s\n", "weight", "[K, N]", "threads", "onednn bf16", "bf16 packed",
-              "onednn f32", "f32 packed", "eigen f32", "kernels");
+  std::printf("journey's kernels: %s\n", cpu::kernels::kernel_choice().c_str());
+  std::printf("%-14s %-12s %7s %11s %11s %11s %11s %10s %12s %12s  %s\n", "weight", "[K, N]", "threads", "onednn bf16",
+              "bf16 packed", "onednn f32", "f32 packed", "eigen f32", "journey bf16", "journey q8_0", "kernels");
   using cpu::onednn::WeightLayout;
   for (int threads : {1, 2}) {
     for (const Shape& shape : kShapes) {
@@ -81,16 +120,17 @@ int main(int argc, char** argv) {
       const cpu::onednn::MatmulRate f32 = onednn(DType::F32, WeightLayout::AsStored);
       const cpu::onednn::MatmulRate f32_packed = onednn(DType::F32, WeightLayout::Prepacked);
       const double eigen = measure_gemm_gflops(threads, tokens, shape.K, shape.N);
-      // journey's own prefill kernels (the AVX512-BF16 / AMX-BF16 panel GEMM of cpu/typed_linear.h)
-      // go here, timed on the same shape and weight layout, as further columns.
+      const double journey_bf16 = journey_linear_gflops(threads, tokens, shape.K, shape.N, DType::BF16, seconds);
+      const double journey_q8_0 = journey_linear_gflops(threads, tokens, shape.K, shape.N, DType::Q8_0, seconds);
       auto kernels = [](const cpu::onednn::MatmulRate& stored, const cpu::onednn::MatmulRate& packed) {
         return stored.implementation == packed.implementation ? stored.implementation
                                                               : stored.implementation + ", packed: " + packed.implementation;
       };
       char dims[32];
       std::snprintf(dims, sizeof dims, "[%lld, %lld]", (long long)shape.K, (long long)shape.N);
-      std::printf("%-14s %-12s %7d %11.1f %11.1f %11.1f %11.1f %10.1f  bf16 %s; f32 %s\n", shape.name, dims, threads,
-                  bf16.gflop_s, bf16_packed.gflop_s, f32.gflop_s, f32_packed.gflop_s, eigen,
+      std::printf("%-14s %-12s %7d %11.1f %11.1f %11.1f %11.1f %10.1f %12.1f %12.1f  bf16 %s; f32 %s\n", shape.name, dims,
+                  threads, bf16.gflop_s, bf16_packed.gflop_s, f32.gflop_s, f32_packed.gflop_s, eigen, journey_bf16,
+                  journey_q8_0,
                   kernels(bf16, bf16_packed).c_str(), kernels(f32, f32_packed).c_str());
       std::fflush(stdout);
     }

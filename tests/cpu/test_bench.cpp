@@ -96,6 +96,10 @@ TEST_CASE("bench: the prefill ceiling is a roofline — the longer of its GEMM t
   r.amx_bf16_gflop_s = 8000;          // half of it: 4000 GFLOP/s, 0.064 s of GEMM < 0.1 s of reading
   CHECK(r.prefill_gemm_gflop_s() == doctest::Approx(4000));
   CHECK(r.prefill_ceiling_tok_s() == doctest::Approx(128 / 0.1));
+  r.onednn_bf16_gflop_s = 1000;       // oneDNN's bf16 GEMM, measured: it is the rate (0.256 s > 0.1 s)
+  CHECK(r.prefill_gemm_gflop_s() == doctest::Approx(1000));
+  CHECK(r.prefill_ceiling_tok_s() == doctest::Approx(128 / 0.256));
+  r.onednn_bf16_gflop_s = 0;
   r.amx_bf16_gflop_s = 0;             // no AMX measured: Eigen's rate, not a made-up one
   CHECK(r.prefill_gemm_gflop_s() == doctest::Approx(100));
 }
