@@ -2,13 +2,13 @@
 # journey and llama.cpp side by side, in one run, on the same GGUF files.
 #
 #   scripts/bench-peers.sh [--journey build/src/cli/journey] [--threads 2] [--prompt-tokens 128]
-#                          [--gen-tokens 32] [--runs 3] [--rows f32,f16,q8_0,q4_0,q4_k_m,smollm2]
+#                          [--gen-tokens 32] [--runs 3] [--rows f32,bf16,f16,q8_0,q4_0,q4_k_m,smollm2]
 #
 # 1. builds llama-cpp-python from PyPI (it compiles llama.cpp from source, `nice`, -j2; the wheel
 #    is cached in build-peers/wheels, installed into build-peers/site, both git-ignored), pinned below;
 # 2. makes the TinyLlama-1.1B shape with random weights (tools/make_random_model.py, f32), converts
 #    it to GGUF F32 with llama.cpp's own convert_hf_to_gguf.py (from the same sdist) and quantizes
-#    that to F16 / Q8_0 / Q4_0 / Q4_K_M with llama.cpp's llama_model_quantize, cached in
+#    that to BF16 / F16 / Q8_0 / Q4_0 / Q4_K_M with llama.cpp's llama_model_quantize, cached in
 #    build-peers/models; SmolLM2-135M-Instruct Q4_1 comes from models/ (tools/python/fetch-models.sh);
 # 3. per row, alternating engine by engine and run by run: prefill and decode tok/s of
 #    `journey bench` and of llama.cpp (llama_decode timed the same way), one table with the ratio

@@ -32,7 +32,7 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PEERS = os.path.join(REPO, "build-peers")
 SMOLLM2 = os.path.join(REPO, "models", "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")
-TINYLLAMA_ROWS = ["f32", "f16", "q8_0", "q4_0", "q4_k_m"]
+TINYLLAMA_ROWS = ["f32", "bf16", "f16", "q8_0", "q4_0", "q4_k_m"]
 QUESTION = "What is the capital of France?"
 STORY = "Write a long story about a small dragon who is afraid of flying."
 
@@ -46,7 +46,7 @@ def log(*args):
 
 def llama_ftypes():
     import llama_cpp
-    return {"f16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16, "q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
+    return {"bf16": llama_cpp.LLAMA_FTYPE_MOSTLY_BF16, "f16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16, "q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
             "q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0, "q4_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M}
 
 
