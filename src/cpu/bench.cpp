@@ -263,7 +263,9 @@ std::string prefill_path(const WeightStore& weights) {
   for (const auto& [name, t] : weights.all()) {
     if (t.shape.size() != 2) continue;
     all += double(t.nbytes);
-    if (t.dtype == DType::BF16 || dtype_is_quantized(t.dtype)) reduced += double(t.nbytes);
+    // (f16 takes the bf16 path on AMX tiles only: cpu/typed_linear.h)
+    if (t.dtype == DType::BF16 || dtype_is_quantized(t.dtype) || (t.dtype == DType::F16 && cpu::kernels::has_amx()))
+      reduced += double(t.nbytes);
   }
   if (reduced <= all / 2) return "f32";
   return cpu::kernels::has_amx() ? "amx-bf16" : cpu::kernels::has_bf16_dot() ? "bf16" : "f32";

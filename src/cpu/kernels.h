@@ -160,8 +160,9 @@ void amx_pack_tokens(const uint16_t* x, int64_t T, int64_t in, uint16_t* packed)
 // Scratch one thread of amx_rows needs (bytes), for rows of `in` weights.
 size_t amx_rows_scratch_bytes(int64_t in);
 // bf16_rows on AMX tiles: columns [row_begin, row_end) of y = x W^T (+ bias), x packed by
-// amx_pack_tokens, W of `type` [out, in] row-major (`in` a multiple of 32), copied or dequantized to
-// bf16 32 rows at a time (the value bf16_rows multiplies); f32 sums.
+// amx_pack_tokens, W of `type` [out, in] row-major (`in` a multiple of 32): BF16 copied, block
+// types dequantized to bf16 (the value bf16_rows multiplies), F16 split into bf16 + the remainder
+// (both multiplied: the weight exact), 32 rows at a time; f32 sums.
 void amx_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,
               const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
               void* scratch);

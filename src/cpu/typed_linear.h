@@ -4,7 +4,9 @@
 //
 //   weight type   1 token (decode) .. 16 tokens            more than 16 tokens (prefill)
 //   f32           Eigen GEMV (1) / tile kernel (2..16)     Eigen GEMM
-//   f16           tile kernel, f16 widened in registers (F16C)
+//   f16           tile kernel, f16 widened in registers    AMX tiles on bf16 + remainder panels (the
+//                 (F16C)                                   weight exact, x rounded to bf16); without
+//                                                          AMX, the tile kernel as for decode
 //   bf16          tile kernel, bf16 widened in registers   AMX tiles (tdpbf16ps) where the CPU has
 //                                                          them, else vdpbf16ps (AVX512-BF16); x
 //                                                          rounded to bf16
@@ -13,8 +15,8 @@
 //                 all in register lanes, Q8_0 and Q4_0
 //                 read as stored, the others unpacked)
 //
-// f16 and bf16 up to 16 tokens are exact products of the stored weights (f32 sums); the other
-// paths round the activations (to 8 bits per block, or to bf16): the op test's tolerance per type
+// f16 and bf16 up to 16 tokens (and f16 without AMX) are exact products of the stored weights
+// (f32 sums); the other paths round the activations (to 8 bits per block, or to bf16): the op test's tolerance per type
 // says by how much (tests/backends/op_check.cpp).
 #pragma once
 #include <cstdint>

@@ -27,7 +27,9 @@ struct OpFailure {
 // would be if no output were a near-cancelling sum (for rounding errors of x: the NMSE of x):
 //   f32 1e-10: the summation order;
 //   f16 1e-6, bf16 1e-4: activations rounded to the weight type for a GEMM (CUDA; the CPU widens
-//     f16 exactly, and rounds x to bf16 only for prefill: relative 2^-9, NMSE ~1e-6);
+//     f16 exactly, and rounds x to bf16 only for prefill: relative 2^-9, NMSE ~1e-6); f16 prefill
+//     (T > 16) 1e-4 too: on AMX tiles the CPU rounds x to bf16 for f16 weights as well (the
+//     weights stay exact: bf16 + remainder);
 //   legacy block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) 5e-4: x quantized to Q8_0, one scale per 32
 //     values: the rounding step is max|x| / 127 over the block, a uniform error of variance
 //     step^2 / 12; for N(0, 1) inputs max|x| ~ 2.2 over 32 values, so ~(2.2 / 127)^2 / 12 = 2.5e-5
@@ -38,7 +40,7 @@ struct OpFailure {
 //     ~4.3e-5 on average, measured at most 2.4e-4; the same 20x.
 // Prefill (more than 16 tokens) of block types rounds x and the dequantized weights to bf16
 // (relative 2^-9 each, ~3e-6), well inside these bounds.
-double weight_tolerance(DType type);
+double weight_tolerance(DType type, int64_t T = 1);  // T: tokens in the product
 
 // worst_product_error (optional): per stored weight type, the largest relative error of a product
 // seen (|y - want|^2 / sum_k (sum_t x[t,k]^2)(sum_o W[o,k]^2), see weight_tolerance), for the docs.

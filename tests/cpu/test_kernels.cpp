@@ -252,8 +252,10 @@ TEST_CASE("kernels: the bf16 prefill kernels (AVX512-BF16, AMX tiles) equal a do
   if (!amx) MESSAGE("no AMX-BF16 here (or JOURNEY_CPU_ISA caps it): only the AVX512-BF16 kernel is tested");
   for (const bool on_tiles : {false, true}) {
     if (on_tiles && !amx) continue;
-    for (DType type : {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
-      for (int64_t T : {1, 17, 40})
+    for (DType type : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+      for (int64_t T : {1, 17, 40}) {
+        if (type == DType::F16 && !on_tiles) continue;  // F16 prefill: on AMX tiles only
+
         // 4608: three slices of the AVX512-BF16 kernel; out = 70: two AMX panels of 32 rows and a part
         for (auto [in, out] : {std::pair<int64_t, int64_t>{256, 13}, {2304, 7}, {4608, 3}, {256, 70}}) {
           CAPTURE(on_tiles); CAPTURE(dtype_name(type)); CAPTURE(T); CAPTURE(in); CAPTURE(out);
@@ -285,8 +287,10 @@ TEST_CASE("kernels: the bf16 prefill kernels (AVX512-BF16, AMX tiles) equal a do
             for (int64_t o = 1; o < out; ++o) {
               double want = bias[size_t(o)], magnitude = std::abs(want);
               for (int64_t i = 0; i < in; ++i) {
+                // the weight as multiplied: rounded to bf16, except F16, split into bf16 + remainder (exact)
+                const float weight = w[size_t(o * in + i)];
                 const double product = double(bf16_to_f32(xb[size_t(t * in + i)])) *
-                                       bf16_to_f32(f32_to_bf16(w[size_t(o * in + i)]));
+                                       (type == DType::F16 ? weight : bf16_to_f32(f32_to_bf16(weight)));
                 want += product;
                 magnitude += std::abs(product);
               }
@@ -295,5 +299,6 @@ TEST_CASE("kernels: the bf16 prefill kernels (AVX512-BF16, AMX tiles) equal a do
             }
           }
         }
+      }
   }
 }
