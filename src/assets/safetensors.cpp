@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "quant/awq.h"
+#include "quant/blocks.h"
 #include "core/untrusted.h"
 
 namespace journey {
@@ -244,7 +245,7 @@ std::optional<AwqConfig> read_awq_config(const std::filesystem::path& config_jso
   return awq;
 }
 
-int dequantize_awq_weights(const AwqConfig& awq, WeightStore& weights, const std::string& where) {
+int convert_awq_weights(const AwqConfig& awq, WeightStore& weights, const std::string& where) {
   std::map<std::string, AwqLayer> layers;
   auto suffix = [](const std::string& name, const std::string& tail) {
     return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
@@ -277,22 +278,37 @@ int dequantize_awq_weights(const AwqConfig& awq, WeightStore& weights, const std
   }
   for (const auto& [layer, l] : checked) {
     const int64_t in = l.qweight->shape[0], out = l.qweight->shape[1] * 8;
-    const std::vector<float> scales = l.scales->to_f32();  // [in/g, out]
     // copied out: safetensors offsets need not be 4-byte aligned
     std::vector<int32_t> qweight(l.qweight->nbytes / 4), qzeros(l.qzeros->nbytes / 4);  // [in, out/8], [in/g, out/8]
     std::memcpy(qweight.data(), l.qweight->data, qweight.size() * 4);
     std::memcpy(qzeros.data(), l.qzeros->data, qzeros.size() * 4);
-    auto values = std::make_shared<std::vector<float>>(size_t(in * out));  // [out, in]
-    quant::dequantize_awq_gemm(qweight.data(), qzeros.data(), scales.data(), in, out, g, values->data());
     TensorRef t;
     t.name = layer + ".weight";
-    t.dtype = DType::F32;
     t.shape = {out, in};
-    t.data = reinterpret_cast<const std::byte*>(values->data());
-    t.nbytes = values->size() * sizeof(float);
-    t.source = cat(l.qweight->source, " (AWQ, dequantized)");
+    std::shared_ptr<const void> owner;
+    if (g % quant::kQK == 0 && l.scales->dtype == DType::F16) {
+      // as Q4_1 blocks: the layer stays 4-bit in memory and in the fast backend's products
+      std::vector<uint16_t> scales(l.scales->nbytes / 2);  // [in/g, out] f16 bits
+      std::memcpy(scales.data(), l.scales->data, scales.size() * 2);
+      auto blocks = std::make_shared<std::vector<quant::block_q4_1>>(size_t(out * (in / quant::kQK)));  // [out, in/32]
+      quant::awq_gemm_to_q4_1(qweight.data(), qzeros.data(), scales.data(), in, out, g, blocks->data());
+      t.dtype = DType::Q4_1;
+      t.data = reinterpret_cast<const std::byte*>(blocks->data());
+      t.nbytes = blocks->size() * sizeof(quant::block_q4_1);
+      t.source = cat(l.qweight->source, " (AWQ, as Q4_1 blocks)");
+      owner = blocks;
+    } else {  // a group that splits Q4_1's blocks of 32, or scales not in f16: widened to f32
+      const std::vector<float> scales = l.scales->to_f32();  // [in/g, out]
+      auto values = std::make_shared<std::vector<float>>(size_t(in * out));  // [out, in]
+      quant::dequantize_awq_gemm(qweight.data(), qzeros.data(), scales.data(), in, out, g, values->data());
+      t.dtype = DType::F32;
+      t.data = reinterpret_cast<const std::byte*>(values->data());
+      t.nbytes = values->size() * sizeof(float);
+      t.source = cat(l.qweight->source, " (AWQ, dequantized)");
+      owner = values;
+    }
     for (const char* part : {".qweight", ".qzeros", ".scales"}) weights.remove(layer + part);
-    weights.add(std::move(t), values);
+    weights.add(std::move(t), owner);
   }
   return int(checked.size());
 }

@@ -42,9 +42,10 @@ struct AwqConfig {
 // variants journey cannot read (other bit widths, GEMV/Marlin/ExLlama packing, no zero point).
 std::optional<AwqConfig> read_awq_config(const std::filesystem::path& config_json);
 
-// Replaces every X.qweight / X.qzeros / X.scales triple by X.weight in f32 [out, in] (the reference's
-// dequantize-at-load); every shape, dtype and group is checked first, naming the layer. Returns how
-// many layers were dequantized.
-int dequantize_awq_weights(const AwqConfig& awq, WeightStore& weights, const std::string& where);
+// Replaces every X.qweight / X.qzeros / X.scales triple by X.weight [out, in]: Q4_1 blocks when the
+// group is a multiple of 32 and the scales are f16 (quant::awq_gemm_to_q4_1: AWQ's integers and
+// scales as they are, the minimum rounded to f16), else f32 (quant::dequantize_awq_gemm). Every
+// shape, dtype and group is checked first, naming the layer. Returns how many layers were converted.
+int convert_awq_weights(const AwqConfig& awq, WeightStore& weights, const std::string& where);
 
 }  // namespace journey

@@ -6,6 +6,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "quant/blocks.h"
 
 namespace journey::quant {
 
@@ -23,6 +24,30 @@ void dequantize_awq_gemm(const int32_t* qweight, const int32_t* qzeros, const fl
       weight[o * in + i] = float(q - z) * scales[g * out + o];
     }
   }
+}
+
+void awq_gemm_to_q4_1(const int32_t* qweight, const int32_t* qzeros, const uint16_t* scales, int64_t in, int64_t out,
+                      int64_t group, void* blocks) {
+  if (group <= 0 || group % kQK != 0 || in % group != 0)
+    fail("AWQ to Q4_1: group size ", group, " and ", in, " inputs (the group must be a multiple of ", kQK,
+         " and divide the inputs)");
+  const int64_t packed_out = out / 8;  // int32 columns
+  auto nibble = [](int32_t word, int64_t o) { return int((uint32_t(word) >> (4 * kAwqSlot[o % 8])) & 0xF); };
+  block_q4_1* q4 = static_cast<block_q4_1*>(blocks);
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t b = 0; b < in / kQK; ++b) {
+      const int64_t g = b * kQK / group;
+      const float scale = f16_to_f32(scales[g * out + o]);
+      const int zero = nibble(qzeros[g * packed_out + o / 8], o);
+      block_q4_1& block = q4[o * (in / kQK) + b];
+      block.d = scales[g * out + o];
+      block.m = f32_to_f16(-scale * float(zero));
+      for (int64_t j = 0; j < kQK / 2; ++j) {  // qs[j]: input 32b + j (low nibble), 32b + j + 16 (high)
+        const int64_t i = b * kQK + j;
+        block.qs[j] = uint8_t(nibble(qweight[i * packed_out + o / 8], o) |
+                              (nibble(qweight[(i + kQK / 2) * packed_out + o / 8], o) << 4));
+      }
+    }
 }
 
 AwqLinear quantize_awq_linear(const float* weight, int64_t out, int64_t in, int64_t group) {

@@ -9,7 +9,7 @@
 //
 // Inside an int32, output 8c + k sits in bits 4s..4s+3 with s = kAwqSlot[k]: AutoAWQ packs in the
 // order [0, 2, 4, 6, 1, 3, 5, 7] (awq/modules/linear/gemm.py) so its CUDA kernel can unpack pairs.
-// The reference widens AWQ layers to f32 at load, as it does GGUF blocks.
+// At load, layers whose group is a multiple of 32 become Q4_1 blocks (awq_gemm_to_q4_1), the others f32.
 //
 // Writing (awq_model.h drives it): quantize_awq_linear is AutoAWQ's pseudo_quantize_tensor (4 bits,
 // zero point) and pack_awq_gemm is WQLinear_GEMM.from_linear's packing; the activation-aware part —
@@ -27,6 +27,16 @@ inline constexpr int kAwqSlot[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 void dequantize_awq_gemm(const int32_t* qweight /*[in, out/8]*/, const int32_t* qzeros /*[in/group, out/8]*/,
                          const float* scales /*[in/group, out]*/, int64_t in, int64_t out, int64_t group,
                          float* weight /*[out, in]*/);
+
+// The same layer as GGUF Q4_1 blocks [out, in / 32] (w = d q + m), without re-quantizing: a block of
+// 32 inputs lies inside one AWQ group when group % 32 == 0, so d = the group's scale (f16, as
+// stored), q = AWQ's 4-bit integer, and m = -scale * zero rounded to f16 — the one rounding, at most
+// 2^-11 of |scale * zero| <= 15 scale, under 1 % of a quantization step. The fast CPU backend then
+// multiplies the layer as stored (5 bits a weight, not f32's 32). Requires group % 32 == 0 and
+// in % group == 0; throws journey::Error otherwise.
+void awq_gemm_to_q4_1(const int32_t* qweight /*[in, out/8]*/, const int32_t* qzeros /*[in/group, out/8]*/,
+                      const uint16_t* scales /*[in/group, out] f16 bits*/, int64_t in, int64_t out, int64_t group,
+                      void* blocks /*[out, in/32] block_q4_1*/);
 
 // One linear layer quantized the AutoAWQ way: per output row and group of `group` inputs,
 //   scale = max(max - min, 1e-5) / 15           (then rounded to f16: the checkpoint stores f16 scales)

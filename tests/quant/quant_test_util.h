@@ -4,12 +4,14 @@
 #pragma once
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "assets/gguf.h"
 #include "core/dtype.h"
+#include "quant/blocks.h"
 #include "quant/quantize_model.h"
 
 namespace journey::test {
@@ -23,6 +25,28 @@ inline fs::path quant_scratch(const std::string& tag) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
+}
+
+// How many weights of a loaded AWQ layer `t` ([out, in]) differ from AutoAWQ's unpacking `expected`
+// by more than the one rounding the loader makes: as Q4_1 blocks (convert_awq_weights) the minimum
+// -scale * zero is stored in f16, so a weight may move by half an f16 ulp of it (relative 2^-11);
+// as f32 nothing may move. A wrong nibble, scale or zero moves a weight by a whole quantization step.
+inline size_t awq_weights_beyond_rounding(const TensorRef& t, const std::vector<float>& expected) {
+  const std::vector<float> got = t.to_f32();
+  REQUIRE(got.size() == expected.size());
+  const size_t in = size_t(t.shape.at(1)), blocks_per_row = in / quant::kQK;
+  size_t beyond = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double bound = 0;
+    if (t.dtype == DType::Q4_1) {
+      const auto* blocks = reinterpret_cast<const quant::block_q4_1*>(t.data);
+      bound = std::abs(f16_to_f32(blocks[i / in * blocks_per_row + i % in / quant::kQK].m)) * 0x1p-11 + 1e-7;
+    } else {
+      REQUIRE(t.dtype == DType::F32);
+    }
+    beyond += std::abs(double(got[i]) - expected[i]) > bound;
+  }
+  return beyond;
 }
 
 // The f32 values of an F32 tensor of a GGUF file.

@@ -1,9 +1,11 @@
-// AutoAWQ checkpoints (quant_method "awq", GEMM packing) load by dequantizing every layer to f32.
+// AutoAWQ checkpoints (quant_method "awq", GEMM packing) load as Q4_1 blocks (groups of a multiple of
+// 32) or f32.
 // The expected values come from tools/quant/make_awq_fixture.py: a NumPy port of AutoAWQ's own packing
 // (WQLinear_GEMM.from_linear) and unpacking (packing_utils.dequantize_gemm) code, which also checks
 // that unpacking its packing gives back the integers it started from (the round trip).
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -11,6 +13,7 @@
 #include "assets/safetensors.h"
 #include "core/error.h"
 #include "quant/awq.h"
+#include "quant/blocks.h"
 #include "quant_test_util.h"
 #include "text/tokenizer.h"
 #include "trace/npy.h"
@@ -19,22 +22,25 @@
 using namespace journey;
 using namespace journey::test;
 
-TEST_CASE("an AutoAWQ GEMM checkpoint loads with the weights AutoAWQ's unpacking gives") {
+TEST_CASE("an AutoAWQ GEMM checkpoint loads as Q4_1 blocks with the weights AutoAWQ's unpacking gives") {
   const LoadedModel m = load_model(quant_data("awq-tiny"));
   bool noted = false;
-  for (const std::string& note : m.notes) noted |= note.find("AWQ checkpoint (4-bit, group size 128, GEMM packing): 14 layers") == 0;
+  for (const std::string& note : m.notes)
+    noted |= note.find("AWQ checkpoint (4-bit, group size 128, GEMM packing): 14 layers as Q4_1 blocks") == 0;
   CHECK(noted);
   CHECK_FALSE(m.weights.has("model.layers.0.self_attn.q_proj.qweight"));
   for (const char* name : {"model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"}) {
     INFO(name);
     const TensorRef& w = m.weights.get(cat(name, ".weight"));
     const NpyArray expected = read_npy(quant_data(cat("awq-tiny-expected/", name, ".weight.npy")));  // [out, in]
-    CHECK(w.dtype == DType::F32);
+    CHECK(w.dtype == DType::Q4_1);  // 4-bit in memory: 20 bytes per 32 weights
+    CHECK(w.nbytes == size_t(expected.f32.size() / 32 * 20));
     CHECK(w.shape == expected.shape);
+    CHECK(awq_weights_beyond_rounding(w, expected.f32) == 0);
     const std::vector<float> got = w.to_f32();
-    size_t differ = 0;
-    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != expected.f32[i];
-    CHECK(differ == 0);
+    size_t exact = 0;
+    for (size_t i = 0; i < got.size(); ++i) exact += got[i] == expected.f32[i];
+    MESSAGE(std::string(name), ": ", exact, " of ", got.size(), " weights bit-equal to AutoAWQ's unpacking");
   }
   // and the model runs: a prompt gives finite logits whose spread is that of a random model
   const auto tokenizer = load_tokenizer(quant_data("awq-tiny"));
