@@ -118,10 +118,11 @@ inline bool has_stored_token_dot(DType type) { return type == DType::Q8_0 || typ
 inline constexpr int kStoredTokenRows = 4;  // rows per dot_tokens_stored call
 
 // The types KernelTable::dot_row multiplies: the legacy types, Q4_K and Q6_K (Q4_K_M's two), Q5_K
-// (Q5_K_M's).
+// (Q5_K_M's), Q3_K (Q3_K_M's); Q2_K unpacks.
 inline bool has_fused_dot(DType type) {
   return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 ||
-         type == DType::Q5_1 || type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K;
+         type == DType::Q5_1 || type == DType::Q3_K || type == DType::Q4_K || type == DType::Q5_K ||
+         type == DType::Q6_K;
 }
 
 // The instructions behind the products, for journey bench's ceilings.
