@@ -117,13 +117,8 @@ const KernelTable& table(Isa isa);  // falls back to the best supported Isa
 inline bool has_stored_token_dot(DType type) { return type == DType::Q8_0 || type == DType::Q4_0; }
 inline constexpr int kStoredTokenRows = 4;  // rows per dot_tokens_stored call
 
-// The types KernelTable::dot_row multiplies: the legacy types, Q4_K and Q6_K (Q4_K_M's two), Q5_K
-// (Q5_K_M's), Q3_K (Q3_K_M's); Q2_K unpacks.
-inline bool has_fused_dot(DType type) {
-  return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 ||
-         type == DType::Q5_1 || type == DType::Q3_K || type == DType::Q4_K || type == DType::Q5_K ||
-         type == DType::Q6_K;
-}
+// The types KernelTable::dot_row multiplies: every block type (the legacy ones and Q2_K .. Q6_K).
+inline bool has_fused_dot(DType type) { return dtype_is_quantized(type); }
 
 // The instructions behind the products, for journey bench's ceilings.
 enum class PeakKind { F32Fma, Int8Dot, Bf16Dot, AmxBf16 };
