@@ -133,8 +133,7 @@ LoadedModel load_directory(const fs::path& dir, bool with_weights) {
     else read_safetensors(single, m.weights);
     if (const auto awq = read_awq_config(config))
       m.notes.push_back(cat("AWQ checkpoint (", awq->bits, "-bit, group size ", awq->group_size, ", GEMM packing): ",
-                            convert_awq_weights(*awq, m.weights, dir.string()), " layers",
-                            awq->group_size % 32 == 0 ? " as Q4_1 blocks (4-bit in memory)" : " dequantized to f32 at load"));
+                            convert_awq_weights(*awq, m.weights, dir.string()).describe()));
     validate_weights(m.config, m.weights, dir);
   }
   return m;

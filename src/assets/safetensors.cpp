@@ -245,7 +245,14 @@ std::optional<AwqConfig> read_awq_config(const std::filesystem::path& config_jso
   return awq;
 }
 
-int convert_awq_weights(const AwqConfig& awq, WeightStore& weights, const std::string& where) {
+std::string AwqConversion::describe() const {
+  if (as_f32 == 0) return cat(as_q4_1, " layers as Q4_1 blocks (4-bit in memory)");
+  if (as_q4_1 == 0) return cat(as_f32, " layers dequantized to f32 at load");
+  return cat(as_q4_1, " layers as Q4_1 blocks (4-bit in memory), ", as_f32, " dequantized to f32 at load");
+}
+
+AwqConversion convert_awq_weights(const AwqConfig& awq, WeightStore& weights, const std::string& where) {
+  AwqConversion done;
   std::map<std::string, AwqLayer> layers;
   auto suffix = [](const std::string& name, const std::string& tail) {
     return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
@@ -297,6 +304,7 @@ int convert_awq_weights(const AwqConfig& awq, WeightStore& weights, const std::s
       t.nbytes = blocks->size() * sizeof(quant::block_q4_1);
       t.source = cat(l.qweight->source, " (AWQ, as Q4_1 blocks)");
       owner = blocks;
+      ++done.as_q4_1;
     } else {  // a group that splits Q4_1's blocks of 32, or scales not in f16: widened to f32
       const std::vector<float> scales = l.scales->to_f32();  // [in/g, out]
       auto values = std::make_shared<std::vector<float>>(size_t(in * out));  // [out, in]
@@ -306,11 +314,12 @@ int convert_awq_weights(const AwqConfig& awq, WeightStore& weights, const std::s
       t.nbytes = values->size() * sizeof(float);
       t.source = cat(l.qweight->source, " (AWQ, dequantized)");
       owner = values;
+      ++done.as_f32;
     }
     for (const char* part : {".qweight", ".qzeros", ".scales"}) weights.remove(layer + part);
     weights.add(std::move(t), owner);
   }
-  return int(checked.size());
+  return done;
 }
 
 }  // namespace journey

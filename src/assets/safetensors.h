@@ -45,7 +45,11 @@ std::optional<AwqConfig> read_awq_config(const std::filesystem::path& config_jso
 // Replaces every X.qweight / X.qzeros / X.scales triple by X.weight [out, in]: Q4_1 blocks when the
 // group is a multiple of 32 and the scales are f16 (quant::awq_gemm_to_q4_1: AWQ's integers and
 // scales as they are, the minimum rounded to f16), else f32 (quant::dequantize_awq_gemm). Every
-// shape, dtype and group is checked first, naming the layer. Returns how many layers were converted.
-int convert_awq_weights(const AwqConfig& awq, WeightStore& weights, const std::string& where);
+// shape, dtype and group is checked first, naming the layer. Returns what it did, for the load note.
+struct AwqConversion {
+  int as_q4_1 = 0, as_f32 = 0;  // layers
+  std::string describe() const;  // "14 layers as Q4_1 blocks (4-bit in memory)", ", 2 dequantized to f32 at load"
+};
+AwqConversion convert_awq_weights(const AwqConfig& awq, WeightStore& weights, const std::string& where);
 
 }  // namespace journey

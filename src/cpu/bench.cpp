@@ -20,6 +20,7 @@
 #include "cpu/kernels.h"
 #include "cpu/onednn_matmul.h"
 #include "cpu/process_memory.h"
+#include "cpu/typed_linear.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -259,16 +260,15 @@ double decode_bytes_per_token(const ModelConfig& config, const WeightStore& weig
 }
 
 std::string prefill_path(const WeightStore& weights) {
-  double reduced = 0, all = 0;  // matrix bytes in bf16 or block types, of all matrix bytes
-  for (const auto& [name, t] : weights.all()) {
-    if (t.shape.size() != 2) continue;
-    all += double(t.nbytes);
-    // (f16 takes the bf16 path on AMX tiles only: cpu/typed_linear.h)
-    if (t.dtype == DType::BF16 || dtype_is_quantized(t.dtype) || (t.dtype == DType::F16 && cpu::kernels::has_amx()))
-      reduced += double(t.nbytes);
+  double bytes[3] = {};  // matrix bytes per cpu::PrefillPath: the path most of them take sets the ceiling
+  for (const auto& [name, t] : weights.all())
+    if (t.shape.size() == 2) bytes[int(cpu::prefill_path_of(t.dtype, t.shape[1]))] += double(t.nbytes);
+  const int most = int(std::max_element(bytes, bytes + 3) - bytes);
+  switch (cpu::PrefillPath(most)) {
+    case cpu::PrefillPath::AmxTiles: return "amx-bf16";
+    case cpu::PrefillPath::Bf16Dot: return "bf16";
+    default: return "f32";
   }
-  if (reduced <= all / 2) return "f32";
-  return cpu::kernels::has_amx() ? "amx-bf16" : cpu::kernels::has_bf16_dot() ? "bf16" : "f32";
 }
 
 std::string BenchResult::prefill_gemm_basis() const {

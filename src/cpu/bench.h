@@ -104,9 +104,8 @@ struct BenchResult {
 // The weight bytes one decode step reads as stored: every tensor except the embedding table (one
 // row per token) unless it doubles as the LM head; norms and biases in f32 as the backend keeps them.
 double decode_bytes_per_token(const ModelConfig& config, const WeightStore& weights);
-// The prefill's compute path on the fast CPU backend for these weights: when most matrix bytes are
-// bf16 or block types (or f16, on AMX), "amx-bf16" where the CPU has AMX tiles
-// (kernels::has_amx()), else "bf16" where it has AVX512-BF16; otherwise "f32".
+// The prefill's compute path on the fast CPU backend for these weights: the cpu::prefill_path_of
+// (cpu/typed_linear.h) most matrix bytes take — "amx-bf16", "bf16" or "f32".
 std::string prefill_path(const WeightStore& weights);
 
 // Streaming read of a buffer (much larger than the caches: 2 GiB by default) on `threads`

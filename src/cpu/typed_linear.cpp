@@ -53,11 +53,6 @@ inline int round_half_away(float v) {
   return whole + (fraction >= 0.5f) - (fraction <= -0.5f);
 }
 
-// Prefill on AMX tiles (kernels::amx_rows): where the CPU has them, for rows of a multiple of 32.
-bool amx_takes(DType type, int64_t in) {
-  return kernels::has_amx() && in % 32 == 0 && (type == DType::BF16 || type == DType::F16 || dtype_is_quantized(type));
-}
-
 // Which activation blocks a block type multiplies with: llama.cpp's vec_dot_type.
 int64_t activation_block(DType type) { return dtype_block_size(type) == 256 ? 256 : 32; }
 
@@ -144,19 +139,28 @@ void QuantizedInput::lay_out_token_lanes(int64_t T) {
     }
 }
 
+PrefillPath prefill_path_of(DType type, int64_t in) {
+  const bool rounded = type == DType::BF16 || dtype_is_quantized(type);  // multiplied on bf16 wherever the CPU can
+  // F16 only on the tiles, split into bf16 + remainder (exact); vdpbf16ps would round it
+  if ((rounded || type == DType::F16) && kernels::has_amx() && in % 32 == 0) return PrefillPath::AmxTiles;
+  if (rounded && kernels::has_bf16_dot()) return PrefillPath::Bf16Dot;
+  return PrefillPath::F32;
+}
+
 PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets)
     : x_(x), T_(T), in_(in) {
   bool q8_0 = false, q8_k = false, bf16 = false;
   for (const LinearTarget& target : targets) {
     const DType type = target.weight.type;
-    if (dtype_is_quantized(type)) {
-      if (T > kSmallBatchTokens) bf16 = bf16 || kernels::has_bf16_dot();
-      else if (activation_block(type) == 32) q8_0 = true;
-      else q8_k = true;
-    } else if (T > kSmallBatchTokens && (type == DType::BF16 || (type == DType::F16 && amx_takes(type, in)))) {
-      bf16 = bf16 || kernels::has_bf16_dot();
-    } else if (type != DType::F32 && type != DType::F16 && type != DType::BF16) {
+    if (!dtype_is_quantized(type) && type != DType::F32 && type != DType::F16 && type != DType::BF16)
       fail("linear: weights of type ", dtype_name(type), " cannot be multiplied (expected f32, f16, bf16 or a block type)");
+    if (T > kSmallBatchTokens) {
+      const PrefillPath path = prefill_path_of(type, in);
+      bf16 = bf16 || path != PrefillPath::F32;
+      amx_ = amx_ || path == PrefillPath::AmxTiles;
+    } else if (dtype_is_quantized(type)) {
+      if (activation_block(type) == 32) q8_0 = true;
+      else q8_k = true;
     }
   }
   if (q8_0) q8_0_.quantize(x, T, in, 32);
@@ -171,7 +175,6 @@ PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<co
     bf16_.resize(size_t(T * in));
     kernels::to_bf16(x, bf16_.data(), T * in);
     // AMX: the tokens once more, in the tile layout tdpbf16ps reads (every thread and target shares it)
-    amx_ = amx_takes(DType::BF16, in);
     if (amx_) {
       amx_tokens_.resize(size_t(kernels::amx_packed_tokens_size(T, in)));
       kernels::amx_pack_tokens(bf16_.data(), T, in, amx_tokens_.data());
@@ -186,18 +189,17 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   const kernels::KernelTable& k = kernels::table(kernels::best_isa());
   if (type == DType::F32) return f32_block(target, x_, T, in, begin, end);
   const bool prefill = T > kSmallBatchTokens;
-  // F16 only on AMX tiles (split into bf16 + remainder, exact); vdpbf16ps would round it
-  const bool bf16_path = prefill && kernels::has_bf16_dot() && (type != DType::F16 || amx_);
+  const PrefillPath path = prefill ? prefill_path_of(type, in) : PrefillPath::F32;
   const size_t row_bytes = size_t(dtype_bytes_for(type, in));
   const char* weight = static_cast<const char*>(target.weight.data);
-  if (bf16_path && amx_) {
+  if (path == PrefillPath::AmxTiles) {
     Scratch& s = scratch();
     ensure(s.amx, kernels::amx_rows_scratch_bytes(in));
     kernels::amx_rows(type, target.y, amx_tokens_.data(), weight, row_bytes, target.bias, T, in, out, begin, end,
                       s.amx.data());
     return;
   }
-  if (bf16_path) {
+  if (path == PrefillPath::Bf16Dot) {
     Scratch& s = scratch();
     ensure(s.bf16, kernels::bf16_rows_scratch_bytes());
     kernels::bf16_rows(type, target.y, bf16_.data(), weight, row_bytes, target.bias, T, in, out, begin, end,

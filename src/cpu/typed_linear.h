@@ -33,6 +33,13 @@ namespace journey::cpu {
 // sequences); more is prefill.
 inline constexpr int64_t kSmallBatchTokens = 16;
 
+// How prefill multiplies weights of `type` with rows of `in` values on this CPU (the table's last
+// column): on AMX tiles (bf16, f16 and the block types, rows a multiple of 32), with AVX512-BF16 dot
+// products (bf16 and the block types), or in f32 (f32 weights, and whatever the CPU has neither
+// for). The two bf16 paths round x to bf16.
+enum class PrefillPath { F32, Bf16Dot, AmxTiles };
+PrefillPath prefill_path_of(DType type, int64_t in);
+
 // x quantized to 8 bits per block, row by row: llama.cpp's Q8_0 (scale per 32: d = max|x| / 127)
 // or Q8_K (scale per 256: d = -max / 127 where max is the value of largest magnitude), with the
 // sums of each group of 16 quants that the offsets and zero points of the weights need.
@@ -68,7 +75,7 @@ class PreparedInput {
   QuantizedInput q8_0_, q8_k_;  // filled when a target needs them
   bool token_lanes_ = false;    // q8_0_ / q8_k_ also laid out for dot_tokens: run_block takes that path
   HugePageVector<uint16_t> bf16_;  // [T, in] x rounded to bf16, for prefill on AVX512-BF16
-  bool amx_ = false;               // prefill on AMX tiles (kernels::has_amx(), in a multiple of 32)
+  bool amx_ = false;               // a target's prefill path is PrefillPath::AmxTiles
   HugePageVector<uint16_t> amx_tokens_;  // [amx_packed_tokens_size(T, in)] bf16_ in AMX token tiles
 };
 

@@ -16,11 +16,8 @@ void dequantize_awq_gemm(const int32_t* qweight, const int32_t* qzeros, const fl
   for (int64_t i = 0; i < in; ++i) {
     const int64_t g = i / group;
     for (int64_t o = 0; o < out; ++o) {
-      const int shift = 4 * kAwqSlot[o % 8];
-      const uint32_t word = uint32_t(qweight[i * packed_out + o / 8]);
-      const uint32_t zero_word = uint32_t(qzeros[g * packed_out + o / 8]);
-      const int q = int((word >> shift) & 0xF);
-      const int z = int((zero_word >> shift) & 0xF);
+      const int q = awq_nibble(qweight[i * packed_out + o / 8], o);
+      const int z = awq_nibble(qzeros[g * packed_out + o / 8], o);
       weight[o * in + i] = float(q - z) * scales[g * out + o];
     }
   }
@@ -32,20 +29,19 @@ void awq_gemm_to_q4_1(const int32_t* qweight, const int32_t* qzeros, const uint1
     fail("AWQ to Q4_1: group size ", group, " and ", in, " inputs (the group must be a multiple of ", kQK,
          " and divide the inputs)");
   const int64_t packed_out = out / 8;  // int32 columns
-  auto nibble = [](int32_t word, int64_t o) { return int((uint32_t(word) >> (4 * kAwqSlot[o % 8])) & 0xF); };
   block_q4_1* q4 = static_cast<block_q4_1*>(blocks);
   for (int64_t o = 0; o < out; ++o)
     for (int64_t b = 0; b < in / kQK; ++b) {
       const int64_t g = b * kQK / group;
       const float scale = f16_to_f32(scales[g * out + o]);
-      const int zero = nibble(qzeros[g * packed_out + o / 8], o);
+      const int zero = awq_nibble(qzeros[g * packed_out + o / 8], o);
       block_q4_1& block = q4[o * (in / kQK) + b];
       block.d = scales[g * out + o];
       block.m = f32_to_f16(-scale * float(zero));
       for (int64_t j = 0; j < kQK / 2; ++j) {  // qs[j]: input 32b + j (low nibble), 32b + j + 16 (high)
         const int64_t i = b * kQK + j;
-        block.qs[j] = uint8_t(nibble(qweight[i * packed_out + o / 8], o) |
-                              (nibble(qweight[(i + kQK / 2) * packed_out + o / 8], o) << 4));
+        block.qs[j] = uint8_t(awq_nibble(qweight[i * packed_out + o / 8], o) |
+                              (awq_nibble(qweight[(i + kQK / 2) * packed_out + o / 8], o) << 4));
       }
     }
 }

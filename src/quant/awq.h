@@ -22,6 +22,8 @@ namespace journey::quant {
 
 // The bit slot (in 4-bit units) of output 8c + k inside its int32: the inverse of AutoAWQ's order_map.
 inline constexpr int kAwqSlot[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+// The 4-bit value of output `o` in an int32 of qweight or qzeros (the word of o / 8).
+inline int awq_nibble(int32_t word, int64_t o) { return int((uint32_t(word) >> (4 * kAwqSlot[o % 8])) & 0xF); }
 
 // W [out, in] (nn.Linear's layout) from one AWQ GEMM layer with 4-bit weights.
 void dequantize_awq_gemm(const int32_t* qweight /*[in, out/8]*/, const int32_t* qzeros /*[in/group, out/8]*/,
