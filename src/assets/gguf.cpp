@@ -458,7 +458,7 @@ std::string hf_to_gguf_name(const std::string& name) {
 
 WeightStore gguf_weights(const GgufFile& gguf) {
   WeightStore store;
-  std::shared_ptr<const void> keep = gguf.mapping();
+  const std::shared_ptr<const MappedFile> file = gguf.mapping();
   for (const auto& info : gguf.tensors()) {
     TensorRef t;
     t.name = gguf_to_hf_name(info.name);
@@ -467,7 +467,7 @@ WeightStore gguf_weights(const GgufFile& gguf) {
     t.data = gguf.tensor_data(info);
     t.nbytes = info.nbytes;
     t.source = gguf.path().string();
-    store.add(std::move(t), keep);
+    store.add_mapped(std::move(t), file);
   }
   return store;
 }

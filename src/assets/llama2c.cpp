@@ -208,7 +208,7 @@ Llama2cCheckpoint read_llama2c(const std::filesystem::path& path, bool with_weig
     // Zero-copy: float32 weights start at byte 28 (4-byte aligned) and are laid out as HF expects.
     const std::byte* p = file->data() + offset;
     auto take = [&](const Slot& s) {
-      ck.weights.add(f32_tensor(s, p, source), file);
+      ck.weights.add_mapped(f32_tensor(s, p, source), file);
       p += s.numel() * 4;
     };
     take({"model.embed_tokens.weight", {V, E}});
@@ -253,12 +253,12 @@ Llama2cCheckpoint read_llama2c(const std::filesystem::path& path, bool with_weig
   if (!with_weights) return ck;
   const std::byte* p = file->data() + offset;
   for (const auto& s : norms) {
-    ck.weights.add(f32_tensor(s, p, source), file);
+    ck.weights.add_mapped(f32_tensor(s, p, source), file);
     p += s.numel() * 4;
   }
   for (const auto& s : matrices) {
     if (ck.version == 1) {
-      ck.weights.add(f32_tensor(s, p, source), file);
+      ck.weights.add_mapped(f32_tensor(s, p, source), file);
       p += s.numel() * 4;
       continue;
     }

@@ -126,7 +126,7 @@ SafetensorsContents parse_safetensors(const std::filesystem::path& path) {
 
 std::map<std::string, std::string> read_safetensors(const std::filesystem::path& path, WeightStore& into) {
   SafetensorsContents contents = parse_safetensors(path);
-  for (auto& t : contents.tensors) into.add(std::move(t), contents.file);
+  for (auto& t : contents.tensors) into.add_mapped(std::move(t), contents.file);
   return contents.metadata;
 }
 
@@ -166,7 +166,7 @@ void read_safetensors_index(const std::filesystem::path& index_file, WeightStore
     }
     // The weight map is the authority: tensors a shard holds but the index does not list are skipped.
     for (auto& t : contents.tensors) {
-      if (names.count(t.name)) into.add(std::move(t), contents.file);
+      if (names.count(t.name)) into.add_mapped(std::move(t), contents.file);
     }
   }
 }

@@ -39,6 +39,9 @@ struct TensorRef {
   const std::byte* data = nullptr;  // points into a MappedFile (or into owned storage)
   size_t nbytes = 0;
   std::string source;               // file it came from, for messages
+  // data points into a MappedFile (WeightStore::add_mapped): its pages can be given back and read
+  // again from the file (MADV_DONTNEED), which would zero owned storage
+  bool file_mapped = false;
 
   int64_t numel() const;
   std::vector<float> to_f32() const;  // widen/dequantize a copy
@@ -47,6 +50,10 @@ struct TensorRef {
 class WeightStore {
  public:
   void add(TensorRef t, std::shared_ptr<const void> keep_alive);
+  void add_mapped(TensorRef t, std::shared_ptr<const MappedFile> file) {  // t.data points into file
+    t.file_mapped = true;
+    add(std::move(t), std::move(file));
+  }
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   void remove(const std::string& name) { tensors_.erase(name); }  // its file stays mapped
   const TensorRef& get(const std::string& name) const;  // throws "missing tensor NAME" with the source

@@ -171,8 +171,13 @@ void add_backend_flags(CLI::App* cmd, BackendFlags& flags) {
   cmd->add_option("--kv-cache-dtype", flags.kv_cache_dtype,
                   "KV cache type on --device cpu: f32, f16 or bf16 (half the memory), q8_0 (~0.27x)")
       ->capture_default_str();
+  CLI::Option* in_place =
+      cmd->add_flag("--mmap", flags.mmap,
+                    "use the weights in place in the file's memory map (no copy; the default where Linux has no "
+                    "transparent huge pages; decodes slower: docs/performance.md)");
   cmd->add_flag("--no-mmap", flags.no_mmap,
-                "copy the weights into memory instead of using them in place in the file's memory map");
+                "copy the weights into 2 MiB pages (the default where Linux has transparent huge pages)")
+      ->excludes(in_place);
   cmd->add_option("--tensor-parallel", flags.tensor_parallel,
                   "split the model over N MPI ranks (start with: mpirun -np N journey ... --tensor-parallel N; "
                   "--device cpu or cuda)")
@@ -188,7 +193,11 @@ void add_backend_flags(CLI::App* cmd, BackendFlags& flags) {
 std::string load_line(const LoadInfo& info) {
   char line[256];
   const double gb = 1e9;
-  if (info.in_place_bytes + info.copied_bytes > 0)
+  if (info.in_place_bytes == 0 && info.copied_bytes > 0)
+    std::snprintf(line, sizeof line,
+                  "loaded in %.1f s: %.2f GB of weights copied into 2 MiB pages (--mmap: in place); resident %.2f GB",
+                  info.seconds, double(info.copied_bytes) / gb, double(info.resident_bytes) / gb);
+  else if (info.in_place_bytes + info.copied_bytes > 0)
     std::snprintf(line, sizeof line, "loaded in %.1f s: %.2f GB of weights used in place, %.2f GB copied; resident %.2f GB",
                   info.seconds, double(info.in_place_bytes) / gb, double(info.copied_bytes) / gb,
                   double(info.resident_bytes) / gb);
@@ -217,7 +226,10 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::strin
   } else if (device == "cpu") {
     ProgressLine progress;
     CpuLoadReport report;
-    CpuOptions options{.threads = flags.threads, .kv_dtype = kv, .copy_weights = flags.no_mmap};
+    const WeightPlacement placement = flags.mmap      ? WeightPlacement::InPlace
+                                      : flags.no_mmap ? WeightPlacement::Copy
+                                                      : WeightPlacement::Auto;
+    CpuOptions options{.threads = flags.threads, .kv_dtype = kv, .weights = placement};
     options.on_load_progress = [&progress](int64_t done, int64_t total) { progress.update(done, total); };
     options.report = &report;
     if (world) {

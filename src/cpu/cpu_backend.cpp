@@ -33,10 +33,9 @@ namespace journey {
 namespace {
 
 // A weight matrix as the forward multiplies it: a view of its bytes as stored, in place in the
-// file's memory map or in `copy` (2 MiB huge pages, cpu/huge_pages.h).
+// file's memory map or in the backend's WeightArena (2 MiB pages, cpu/huge_pages.h).
 struct StoredMatrix {
   cpu::WeightView view;
-  HugePageVector<std::byte> copy;  // empty when used in place
 };
 
 // Under tensor parallelism H, KVH and F are this rank's share (parallel/shard.h); otherwise the model's.
@@ -56,11 +55,15 @@ struct LayerWeights {
 constexpr size_t kPage = 4096;
 
 // Takes tensors from the store, checked against what the config implies (core/model_weights.h
-// names them and gives their shapes), and remembers which mapped ranges must be brought into memory.
+// names them and gives their shapes), places each matrix (in place, or a slot of `arena`), and
+// remembers what bring_into_memory must read in or copy.
 class WeightLoader {
  public:
-  WeightLoader(const WeightStore& weights, const ModelConfig& config, const CpuOptions& options)
-      : weights_(weights), config_(config), options_(options) {}
+  WeightLoader(const WeightStore& weights, const ModelConfig& config, const CpuOptions& options,
+               WeightPlacement placement, WeightArena& arena)
+      : weights_(weights), config_(config), options_(options), placement_(placement), arena_(arena) {
+    report_.placement = placement;
+  }
 
   const TensorRef& checked(WeightRole role, int layer) const {
     const WeightSpec spec = weight_spec(config_, role, layer);
@@ -81,8 +84,8 @@ class WeightLoader {
     return t;
   }
 
-  // A matrix as stored: in place when its bytes are aligned for its type (f32: 4 bytes, the
-  // others 2) and copying was not asked for; otherwise one copy into huge pages.
+  // A matrix as stored: in place when placed InPlace and its bytes are aligned for its type (f32:
+  // 4 bytes, the others 2); otherwise one copy into the arena.
   StoredMatrix matrix(WeightRole role, int layer = -1) {
     const TensorRef& t = checked(role, layer);
     return rows_of(t, 0, t.shape[0]);
@@ -103,10 +106,11 @@ class WeightLoader {
     if (begin == 0 && n == t.shape[1]) return rows_of(t, 0, t.shape[0]);
     StoredMatrix m;
     m.view.type = t.dtype;
-    m.copy.resize(shard_columns_bytes(t, begin, n, tp_size));  // [rows, n] in the stored type
-    shard_columns(t, begin, n, tp_size, m.copy.data());
-    m.view.data = m.copy.data();
-    report_.bytes_copied += int64_t(m.copy.size());
+    const size_t bytes = shard_columns_bytes(t, begin, n, tp_size);
+    std::byte* slot = arena_slot(t, bytes);  // [rows, n] in the stored type
+    shard_columns(t, begin, n, tp_size, slot);
+    m.view.data = slot;
+    report_.bytes_copied += int64_t(bytes);
     return m;
   }
 
@@ -124,20 +128,34 @@ class WeightLoader {
   }
 
   // Brings every in-place matrix's pages into memory now (MADV_POPULATE_READ, or one read per
-  // page where the kernel lacks it), in chunks, reporting progress; so the first token does not
-  // pay for reading the file, and the load time says what loading costs.
+  // page where the kernel lacks it) and makes the copies (giving the file's pages back behind
+  // them), in chunks, reporting progress; so the first token does not pay for reading the file,
+  // and the load time says what loading costs.
   void bring_into_memory() {
     int64_t total = 0, done = 0;
     for (const auto& [data, bytes] : mapped_) total += int64_t(bytes);
+    for (const PendingCopy& c : copies_) total += int64_t(c.bytes);
     constexpr size_t kChunk = size_t(64) << 20;
+    auto advance = [&](size_t n) {
+      done += int64_t(n);
+      if (options_.on_load_progress) options_.on_load_progress(done, total);
+    };
     for (const auto& [data, bytes] : mapped_) {
       for (size_t offset = 0; offset < bytes; offset += kChunk) {
         const size_t n = std::min(kChunk, bytes - offset);
         populate(data + offset, n);
-        done += int64_t(n);
-        if (options_.on_load_progress) options_.on_load_progress(done, total);
+        advance(n);
       }
     }
+    for (const PendingCopy& c : copies_) {
+      for (size_t offset = 0; offset < c.bytes; offset += kChunk) {
+        const size_t n = std::min(kChunk, c.bytes - offset);
+        std::memcpy(c.to + offset, c.from + offset, n);
+        if (c.file_mapped) drop_pages(c.from + offset, n);  // the file's pages are no longer needed here
+        advance(n);
+      }
+    }
+    copies_.clear();
   }
 
   CpuLoadReport report() const { return report_; }
@@ -150,17 +168,25 @@ class WeightLoader {
     StoredMatrix m;
     m.view.type = t.dtype;
     const size_t alignment = t.dtype == DType::F32 ? 4 : 2;
-    if (!options_.copy_weights && reinterpret_cast<uintptr_t>(data) % alignment == 0) {
+    if (placement_ == WeightPlacement::InPlace && reinterpret_cast<uintptr_t>(data) % alignment == 0) {
       m.view.data = data;
       mapped_.push_back({data, bytes});
       report_.bytes_in_place += int64_t(bytes);
       return m;
     }
-    m.copy.assign(data, data + bytes);
-    m.view.data = m.copy.data();
+    std::byte* slot = arena_slot(t, bytes);
+    copies_.push_back({data, slot, bytes, t.file_mapped});  // copied by bring_into_memory, with the progress line
+    m.view.data = slot;
     report_.bytes_copied += int64_t(bytes);
-    drop_pages(data, bytes);  // the file's pages are no longer needed by this process
     return m;
+  }
+
+  std::byte* arena_slot(const TensorRef& t, size_t bytes) {
+    std::byte* slot = arena_.take(bytes);
+    if (!slot)  // the arena holds every tensor of the store: a matrix larger than its tensor is a bug here
+      fail("internal: no room for ", bytes, " bytes of ", t.name, " in the weight arena (", arena_.used(), " of ",
+           arena_.capacity(), " bytes used)");
+    return slot;
   }
 
   static void populate(const std::byte* data, size_t bytes) {
@@ -188,7 +214,16 @@ class WeightLoader {
   const WeightStore& weights_;
   const ModelConfig& config_;
   const CpuOptions& options_;
+  const WeightPlacement placement_;  // InPlace or Copy
+  WeightArena& arena_;
   std::vector<std::pair<const std::byte*, size_t>> mapped_;  // in-place matrices: bytes and length
+  struct PendingCopy {
+    const std::byte* from;
+    std::byte* to;
+    size_t bytes;
+    bool file_mapped;  // from a file mapping (TensorRef::file_mapped), not owned storage
+  };
+  std::vector<PendingCopy> copies_;  // matrices placed in the arena, not yet copied
   CpuLoadReport report_;
 };
 
@@ -198,6 +233,14 @@ TraceTensor trace_view(const Buffer& buffer, std::vector<int64_t> shape) {
 }
 
 }  // namespace
+
+const char* weight_placement_name(WeightPlacement placement) {
+  switch (placement) {
+    case WeightPlacement::InPlace: return "in place";
+    case WeightPlacement::Copy: return "copied";
+    default: return "auto";
+  }
+}
 
 class CpuBackend : public Backend {
  public:
@@ -230,6 +273,7 @@ class CpuBackend : public Backend {
   Communicator* communicator_ = nullptr; // null when not tensor-parallel
 
   std::vector<std::shared_ptr<const void>> mappings_;  // the files the in-place weights live in
+  std::unique_ptr<WeightArena> arena_;                 // the copied weights (Copy, or misaligned)
   StoredMatrix embed_tokens_;        // [V, E]
   std::vector<LayerWeights> layers_; // [L]
   HugePageFloats final_norm_;        // [E]
@@ -265,8 +309,15 @@ CpuBackend::CpuBackend(const LoadedModel& model, const CpuOptions& options, cons
 
   cpu::check_kv_pool_type(options.kv_dtype, D_);
   const auto t0 = std::chrono::steady_clock::now();
-  mappings_ = model.weights.owners();
-  WeightLoader load(model.weights, c, options);
+  const WeightPlacement placement =
+      options.weights != WeightPlacement::Auto     ? options.weights
+      : transparent_huge_pages_available() ? WeightPlacement::Copy
+                                           : WeightPlacement::InPlace;
+  // (room for every tensor of the store: an upper bound on what is copied; never-written pages
+  // of the reservation cost nothing)
+  arena_ = std::make_unique<WeightArena>(model.weights.total_bytes() +
+                                         model.weights.all().size() * WeightArena::kAlignment);
+  WeightLoader load(model.weights, c, options, placement, *arena_);
   embed_tokens_ = load.matrix(WeightRole::token_embedding);
   layers_.resize(size_t(L_));
   for (int l = 0; l < int(L_); ++l) {
@@ -302,6 +353,8 @@ CpuBackend::CpuBackend(const LoadedModel& model, const CpuOptions& options, cons
     lm_head_ = lm_head_own_.view;
   }
   load.bring_into_memory();
+  // the files stay mapped only while a matrix is used in place in them
+  if (load.report().bytes_in_place > 0) mappings_ = model.weights.owners();
   if (options.report) {
     *options.report = load.report();
     options.report->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

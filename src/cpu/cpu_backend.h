@@ -17,20 +17,30 @@ namespace journey {
 class Communicator;
 
 // What loading did, for the load line of the CLI and for tests.
+// Where the weight matrices live while the backend multiplies them.
+//   Copy:    copied once into anonymous 2 MiB pages (one WeightArena, cpu/huge_pages.h), the file's
+//            pages given back (llama.cpp's --no-mmap). Resident memory is still the file's size.
+//   InPlace: used where the file's memory map holds them (page cache, no copy; llama.cpp's default).
+//   Auto:    Copy where Linux hands out transparent huge pages, else InPlace. Measured on the 2-core
+//            Xeon VM (docs/performance.md, "Where the weights live"): the 1.1B Q8_0 file decodes at
+//            27.7 tok/s copied against 19.2 in place, though the kernel maps the file's page cache
+//            in 2 MiB folios too; a plain 2-thread read streams 32 GB/s from the copy, 26.5 from the map.
+enum class WeightPlacement { Auto, InPlace, Copy };
+const char* weight_placement_name(WeightPlacement placement);  // "auto", "in place", "copied"
+
+// What loading did, for the load line of the CLI and for tests.
 struct CpuLoadReport {
+  WeightPlacement placement = WeightPlacement::Auto;  // what Auto resolved to (InPlace or Copy)
   int64_t bytes_in_place = 0;  // weight bytes multiplied where the file's memory map holds them
-  int64_t bytes_copied = 0;    // weight bytes copied (misaligned, --no-mmap, f32 copies of norms and biases)
-  double seconds = 0;          // building the backend, including bringing the weights' pages into memory
+  int64_t bytes_copied = 0;    // weight bytes copied (Copy, misaligned matrices, f32 copies of norms and biases)
+  double seconds = 0;          // building the backend, including bringing the weights into memory
 };
 
 struct CpuOptions {
   int threads = 0;  // threads for the matrix products and attention; 0 = all cores
   // The KV pool's type: f32, f16 or bf16 (half the memory) or q8_0 (34 bytes per 32 values).
   DType kv_dtype = DType::F32;
-  // false (default): weight matrices are used in place in the memory-mapped file (page cache, no
-  // copy; resident memory is the file's size) wherever their alignment allows. true: every matrix
-  // is copied into anonymous huge pages (llama.cpp's --no-mmap) and the file's pages are dropped.
-  bool copy_weights = false;
+  WeightPlacement weights = WeightPlacement::Auto;  // --mmap: InPlace, --no-mmap: Copy
   // Called while the weights' pages are brought into memory: bytes done, bytes in all.
   std::function<void(int64_t done, int64_t total)> on_load_progress = nullptr;
   CpuLoadReport* report = nullptr;  // filled when given

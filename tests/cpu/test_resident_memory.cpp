@@ -2,9 +2,10 @@
 // directory with an f32 or f16 model.safetensors of ~60 MB, and a Q8_0 GGUF made from it by
 // `journey quantize`'s code) is loaded by the fast CPU backend, and this process's resident memory
 // (VmRSS, /proc/self/status) grows by at most the file's size x 1.1 (+ the KV cache, allocated
-// after the measurement here). A memory bound, not a timing: asserted. In place (the default), the
-// growth is the file's pages (RssFile); with copy_weights (--no-mmap) it is anonymous memory and the
-// file's pages are given back.
+// after the measurement here). A memory bound, not a timing: asserted. In place (--mmap), the
+// growth is the file's pages (RssFile); copied (--no-mmap, and the default where Linux has
+// transparent huge pages) it is anonymous memory in one WeightArena and the file's pages are given
+// back; per-matrix 2 MiB allocations would have added ~1 MiB per matrix.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "assets/model.h"
 #include "assets/safetensors.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/huge_pages.h"
 #include "cpu/process_memory.h"
 #include "quant/quantize_model.h"
 #include "reference/random_model.h"
@@ -74,13 +76,13 @@ struct Growth {
 
 // Resident memory before and after loading `path` into the fast backend (the LoadedModel released,
 // as the CLI does once the backend is built).
-Growth load_and_measure(const fs::path& path, bool copy_weights, std::unique_ptr<Backend>& keep) {
+Growth load_and_measure(const fs::path& path, WeightPlacement placement, std::unique_ptr<Backend>& keep) {
   const ProcessMemory before = process_memory();
   Growth g;
   {
     const LoadedModel model = load_model(path);
     g.file_bytes = weight_file_bytes(model);
-    keep = make_cpu_backend(model, {.threads = 2, .copy_weights = copy_weights, .report = &g.report});
+    keep = make_cpu_backend(model, {.threads = 2, .weights = placement, .report = &g.report});
   }
   const ProcessMemory after = process_memory();
   g.resident = after.resident - before.resident;
@@ -110,11 +112,18 @@ TEST_CASE("resident memory after loading <= the file's size x 1.1, in place and 
   q8.threads = 2;
   quant::quantize_model(q8);
   for (const fs::path& path : {f32, f16, q8.output}) {
-    for (bool copy_weights : {false, true}) {
-      CAPTURE(path.string()); CAPTURE(copy_weights);
+    for (WeightPlacement asked : {WeightPlacement::InPlace, WeightPlacement::Copy, WeightPlacement::Auto}) {
+      CAPTURE(path.string()); CAPTURE(weight_placement_name(asked));
       std::unique_ptr<Backend> backend;
-      const Growth g = load_and_measure(path, copy_weights, backend);
-      const std::string label = path.filename().string() + (copy_weights ? " copied" : " in place");
+      const Growth g = load_and_measure(path, asked, backend);
+      // Auto copies exactly where 2 MiB pages can be had
+      const WeightPlacement expected = asked != WeightPlacement::Auto       ? asked
+                                       : transparent_huge_pages_available() ? WeightPlacement::Copy
+                                                                            : WeightPlacement::InPlace;
+      CHECK(g.report.placement == expected);
+      const bool copy_weights = g.report.placement == WeightPlacement::Copy;
+      const std::string label = path.filename().string() + " " + weight_placement_name(asked) + " -> " +
+                                weight_placement_name(g.report.placement);
       MESSAGE(label << ": file " << g.file_bytes
                                        << " B, resident +" << g.resident << " B (file pages +" << g.file_pages
                                        << ", anonymous +" << g.anonymous << ")");
@@ -136,5 +145,34 @@ TEST_CASE("resident memory after loading <= the file's size x 1.1, in place and 
       const ForwardOutput out = backend->forward(batch);
       CHECK(std::isfinite(out.logits[0]));
     }
+  }
+}
+
+// Copying gives the source's pages back (MADV_DONTNEED) only where they are a file's: on owned
+// storage (a model built in memory, AWQ weights converted at load) that would zero the weights
+// under any other backend built from the same model. Every tensor's bytes are the same after
+// building a copying backend as before, from a file and from memory.
+TEST_CASE("copying the weights leaves the model's own tensors intact, file-backed and owned") {
+  auto checksums = [](const LoadedModel& model) {
+    std::vector<uint64_t> sums;
+    for (const auto& [name, t] : model.weights.all()) {
+      uint64_t h = 1469598103934665603ull;  // FNV-1a over the tensor's bytes
+      for (size_t i = 0; i < t.nbytes; ++i) h = (h ^ uint64_t(t.data[i])) * 1099511628211ull;
+      sums.push_back(h);
+    }
+    return sums;
+  };
+  const fs::path work = fs::path(JOURNEY_BINARY_DIR) / "test-tmp" / "weights-intact";
+  fs::remove_all(work);
+  const LoadedModel from_file = load_model(write_model(work / "f16", DType::F16));
+  const LoadedModel in_memory = testmodel::random_model("llama", 7);
+  for (const LoadedModel* model : {&from_file, &in_memory}) {
+    const std::vector<uint64_t> before = checksums(*model);
+    CpuLoadReport report;
+    const std::unique_ptr<Backend> backend =
+        make_cpu_backend(*model, {.threads = 2, .weights = WeightPlacement::Copy, .report = &report});
+    CHECK(report.bytes_copied > 0);
+    CHECK(report.bytes_in_place == 0);
+    CHECK(checksums(*model) == before);
   }
 }
