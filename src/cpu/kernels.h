@@ -90,10 +90,12 @@ struct KernelTable {
   // gemm.h.
   void (*float_rows)(DType type, float* y, const float* x, const void* weight, const float* bias, int64_t T,
                      int64_t in, int64_t out, int64_t row_begin, int64_t row_end);
-  // The dot product of one stored row of a type has_fused_dot() lists with one quantized activation
-  // row, the blocks widened in registers (decode: no unpacked copy to write and read back); NaN for
-  // other types. nullptr on instruction sets without it (AVX512-VNNI only).
-  float (*dot_row)(DType type, const void* row, const QuantizedActivations& x, int64_t n);
+  // The dot products of `count` consecutive stored rows (`row_bytes` apart from `first`) of a type
+  // has_fused_dot() lists with one quantized activation row, out [count]; the blocks widened in
+  // registers (decode: no unpacked copy to write and read back); NaN for other types. A row's
+  // result does not depend on `count`. nullptr on instruction sets without it (AVX512-VNNI only).
+  void (*dot_rows)(DType type, const void* first, size_t row_bytes, int64_t count, const QuantizedActivations& x,
+                   int64_t n, float* out);
   // dot() of up to kTokenRows unpacked rows with every token of a batch at once (batched decode,
   // 2..16 tokens): q [rows, n], s and o [rows, n / 16] as unpack_row writes them, out [rows,
   // kLaneTokens]. The tokens sit in the lanes of one register: one broadcast weight quad multiplies
@@ -117,7 +119,7 @@ const KernelTable& table(Isa isa);  // falls back to the best supported Isa
 inline bool has_stored_token_dot(DType type) { return type == DType::Q8_0 || type == DType::Q4_0; }
 inline constexpr int kStoredTokenRows = 4;  // rows per dot_tokens_stored call
 
-// The types KernelTable::dot_row multiplies: every block type (the legacy ones and Q2_K .. Q6_K).
+// The types KernelTable::dot_rows multiplies: every block type (the legacy ones and Q2_K .. Q6_K).
 inline bool has_fused_dot(DType type) { return dtype_is_quantized(type); }
 
 // The instructions behind the products, for journey bench's ceilings.

@@ -230,10 +230,11 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   }
   const QuantizedInput& qx = activation_block(type) == 32 ? q8_0_ : q8_k_;
   const bool has_offset = kernels::unpacked_has_offset(type);
-  if (T == 1 && k.dot_row && kernels::has_fused_dot(type)) {  // decode: blocks widened in registers
+  if (T == 1 && k.dot_rows && kernels::has_fused_dot(type)) {  // decode: blocks widened in registers
     const kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
-    for (int64_t r = begin; r < end; ++r)
-      target.y[r] = (target.bias ? target.bias[r] : 0.0f) + k.dot_row(type, weight + r * row_bytes, x, in);
+    k.dot_rows(type, weight + begin * row_bytes, row_bytes, end - begin, x, in, target.y + begin);
+    if (target.bias)
+      for (int64_t r = begin; r < end; ++r) target.y[r] += target.bias[r];
     return;
   }
   if (token_lanes_) {  // batched decode: all tokens in the lanes of one register

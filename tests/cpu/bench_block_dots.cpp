@@ -3,7 +3,8 @@
 // the figures hold while other jobs share the machine. Everything sits in L1/L2: this measures the
 // instructions, not the memory (journey bench and bench_engine_batch measure whole steps).
 //
-//   dot_row     the fused decode dot (1 token; blocks widened in registers)
+//   dot_row     the fused decode dot (1 token; blocks widened in registers), per row of one
+//               dot_rows call over kRows rows
 //   dot         an unpacked row against one token (batched decode before dot_tokens)
 //   dot_tokens  4 unpacked rows against 16 tokens in register lanes (batched decode)
 //   unpack_row  one stored row to the unpacked form (once per row per batched step)
@@ -88,8 +89,13 @@ int main(int argc, char** argv) {
     const cpu::kernels::QuantizedActivations x0{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
     const int repeat = int(std::max<int64_t>(1, 4000000 / in));
     double fused = -1, tiled = -1;
-    if (k.dot_row && cpu::kernels::has_fused_dot(type))
-      fused = time_call([&] { for (int r = 0; r < R; ++r) sink += k.dot_row(type, stored.data() + r * row_bytes, x0, in); }, repeat) / R;
+    if (k.dot_rows && cpu::kernels::has_fused_dot(type)) {
+      float rows_out[kRows];
+      fused = time_call([&] {
+        k.dot_rows(type, stored.data(), row_bytes, kRows, x0, in, rows_out);
+        sink += rows_out[0];
+      }, repeat) / kRows;
+    }
     const double plain = time_call([&] {
       for (int r = 0; r < R; ++r)
         for (int64_t t = 0; t < tokens; ++t) {

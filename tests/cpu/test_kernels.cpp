@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "cpu/kernels.h"
@@ -92,13 +93,59 @@ TEST_CASE("kernels: the integer dot products (unpacked, and fused for decode) eq
         const float got = k.dot(q.data(), s.data(), o.data(), cpu::kernels::unpacked_zero(type),
                                 cpu::kernels::unpacked_has_offset(type), x, n);
         CHECK(std::abs(got - want) <= 1e-5 * magnitude);
-        if (k.dot_row && cpu::kernels::has_fused_dot(type)) {  // the fused decode path
-          const float fused = k.dot_row(type, bytes.data(), x, n);
+        if (k.dot_rows && cpu::kernels::has_fused_dot(type)) {  // the fused decode path
+          float fused = NAN;
+          k.dot_rows(type, bytes.data(), bytes.size(), 1, x, n, &fused);
           CHECK(std::abs(fused - want) <= 1e-5 * magnitude);
         }
       }
     }
   }
+}
+
+TEST_CASE("kernels: dot_rows over many rows gives each row the value it gets alone, and the dequantized dot") {
+  // 5 rows starting at row 0 and at row 1; rows of 768 (24 blocks: the 4-block loop and no tail)
+  // and 800 (25 blocks: a tail block)
+  for (int64_t n : {int64_t(768), int64_t(800)})
+    for (Isa isa : supported_isas()) {
+      const auto& k = cpu::kernels::table(isa);
+      if (!k.dot_rows) continue;
+      for (DType type : kBlockTypes) {
+        if (n % dtype_block_size(type) != 0) continue;
+        CAPTURE(n); CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type));
+        constexpr int kRows = 6;
+        const size_t row_bytes = size_t(dtype_bytes_for(type, n));
+        std::vector<uint8_t> stored(kRows * row_bytes);  // [kRows rows as stored]
+        std::vector<float> w(size_t(kRows * n));          // [kRows, n] dequantized
+        for (int r = 0; r < kRows; ++r) {
+          const auto bytes = quantized(type, scalar::random_vector(size_t(n), 50 + r, 0.5f));
+          std::memcpy(stored.data() + r * row_bytes, bytes.data(), row_bytes);
+          quant::dequantize(type, bytes.data(), w.data() + r * n, n);
+        }
+        const auto x_values = scalar::random_vector(size_t(n), 60, 2.0f);
+        cpu::QuantizedInput qx;
+        qx.quantize(x_values.data(), 1, n, dtype_block_size(type) == 256 ? 256 : 32);
+        const cpu::kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
+        for (int first : {0, 1}) {
+          const int count = 5;
+          std::vector<float> together(count, NAN);
+          k.dot_rows(type, stored.data() + first * row_bytes, row_bytes, count, x, n, together.data());
+          for (int r = 0; r < count; ++r) {
+            CAPTURE(first); CAPTURE(r);
+            float alone = NAN;
+            k.dot_rows(type, stored.data() + (first + r) * row_bytes, row_bytes, 1, x, n, &alone);
+            CHECK(together[size_t(r)] == alone);  // bit for bit
+            double want = 0, magnitude = 0;
+            for (int64_t i = 0; i < n; ++i) {
+              const double xi = double(qx.dx[size_t(i / 16)]) * qx.q[size_t(i)];
+              want += double(w[size_t((first + r) * n + i)]) * xi;
+              magnitude += std::abs(double(w[size_t((first + r) * n + i)]) * xi);
+            }
+            CHECK(std::abs(together[size_t(r)] - want) <= 1e-5 * magnitude);
+          }
+        }
+      }
+    }
 }
 
 TEST_CASE("kernels: dot_tokens (batched decode, tokens in register lanes) equals dot() per row and token") {
