@@ -267,7 +267,7 @@ TEST_CASE("kernels: dot_tokens_stored (Q8_0 and Q4_0 straight from the stored bl
     }
 }
 
-TEST_CASE("kernels: the f16 and bf16 tile kernel equals the f32 one on the widened weights") {
+TEST_CASE("kernels: the f16 and bf16 small-batch kernels equal the f32 one on the widened weights, and the product") {
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);
     for (DType type : {DType::F16, DType::BF16})
@@ -286,6 +286,15 @@ TEST_CASE("kernels: the f16 and bf16 tile kernel equals the f32 one on the widen
           k.float_rows(type, got.data(), x.data(), stored.data(), nullptr, T, in, out, 0, out);
           k.float_rows(DType::F32, want.data(), x.data(), widened.data(), nullptr, T, in, out, 0, out);
           CHECK(got == want);  // the same sums in the same order: bit for bit
+          for (int64_t t = 0; t < T; ++t)  // and both are the product (T = 1: one_token_rows, else the tiles)
+            for (int64_t o = 0; o < out; ++o) {
+              double exact = 0, magnitude = 0;
+              for (int64_t i = 0; i < in; ++i) {
+                exact += double(x[size_t(t * in + i)]) * widened[size_t(o * in + i)];
+                magnitude += std::abs(double(x[size_t(t * in + i)]) * widened[size_t(o * in + i)]);
+              }
+              CHECK(std::abs(got[size_t(t * out + o)] - exact) <= 1e-5 * magnitude);
+            }
         }
   }
 }
