@@ -56,14 +56,18 @@ inline int round_half_away(float v) {
 // Which activation blocks a block type multiplies with: llama.cpp's vec_dot_type.
 int64_t activation_block(DType type) { return dtype_block_size(type) == 256 ? 256 : 32; }
 
-// f32 weights, columns [begin, end): up to 16 tokens the tile kernel of gemm.h; one token and more
-// than 16 Eigen. Measured on a 2-core AVX-512 Xeon (docs/performance.md): one token, Eigen's GEMV
-// decodes the 1.1B shape at 7.2 tok/s against 6.5 for the kernel; 16 tokens, the kernel ~15% faster
-// on single products; 32 tokens, Eigen ~8% faster.
+// f32 weights, columns [begin, end): one token the rows as one stream (kernels' one_token_rows:
+// 1.1B decode 8.1 tok/s against 6.9 for Eigen's GEMV, 2-core Xeon VM, 2026-12-01; the 4-row tile
+// kernel had been slower than Eigen, 6.5 against 7.2); 2 to 16 tokens the tile kernel of gemm.h
+// (~15% faster than Eigen at 16 tokens); more than 16 Eigen (~8% faster at 32 tokens).
 void f32_block(const LinearTarget& target, const float* x, int64_t T, int64_t in, int64_t begin, int64_t end) {
   const float* weight = static_cast<const float*>(target.weight.data);
   const int64_t out = target.out;
-  if (T > 1 && T <= kSmallBatchTokens) {
+  if (T == 1) {
+    kernels::table(kernels::best_isa()).float_rows(DType::F32, target.y, x, weight, target.bias, T, in, out, begin, end);
+    return;
+  }
+  if (T <= kSmallBatchTokens) {
     gemm::linear_rows(gemm::best_isa(), target.y, x, weight, target.bias, T, in, out, begin, end);
     return;
   }

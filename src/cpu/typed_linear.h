@@ -3,11 +3,11 @@
 // runs its block of rows of every target (run_block):
 //
 //   weight type   1 token (decode) .. 16 tokens            more than 16 tokens (prefill)
-//   f32           Eigen GEMV (1) / tile kernel (2..16)     Eigen GEMM
-//   f16           tile kernel, f16 widened in registers    AMX tiles on bf16 + remainder panels (the
-//                 (F16C)                                   weight exact, x rounded to bf16); without
+//   f32           one row stream (1) / tile kernel (2..16) Eigen GEMM
+//   f16           one row stream (1) / tile kernel (2..16), AMX tiles on bf16 + remainder panels (the
+//                 f16 widened in registers (F16C)          weight exact, x rounded to bf16); without
 //                                                          AMX, the tile kernel as for decode
-//   bf16          tile kernel, bf16 widened in registers   AMX tiles (tdpbf16ps) where the CPU has
+//   bf16          as f16, bf16 widened in registers        AMX tiles (tdpbf16ps) where the CPU has
 //                                                          them, else vdpbf16ps (AVX512-BF16); x
 //                                                          rounded to bf16
 //   block types   x -> Q8_0 / Q8_K, integer dots           the same on panels dequantized to bf16
