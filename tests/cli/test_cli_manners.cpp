@@ -228,3 +228,19 @@ TEST_CASE("JOURNEY_CPU_ISA caps the kernels: the fallback a CPU without AVX-512 
   CHECK(bad.status != 0);
   CHECK(has(bad.err, "JOURNEY_CPU_ISA='sse9' is not a kernel level; expected one of generic, avx2, avx512-vnni, avx512-bf16, amx"));
 }
+
+TEST_CASE("--mmap and --no-mmap place the weights; both give the same greedy text, and together they are a usage error") {
+  const std::string prompt = "generate --model data/stories260K --device cpu --max-tokens 24 --temperature 0 \"Once upon a time\"";
+  Run placed = journey(prompt);  // the default: copied into 2 MiB pages where Linux has them, else in place
+  REQUIRE(placed.status == 0);
+  for (const char* flag : {"--mmap", "--no-mmap"}) {
+    CAPTURE(flag);
+    Run run = journey(prompt + " " + flag);
+    INFO(run.err);
+    REQUIRE(run.status == 0);
+    CHECK(run.out == placed.out);  // the same bytes multiplied by the same kernels, wherever they lie
+  }
+  Run both = journey(prompt + " --mmap --no-mmap");
+  CHECK(both.status == 2);
+  CHECK(has(both.err, "--mmap excludes --no-mmap"));
+}
