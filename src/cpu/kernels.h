@@ -110,6 +110,11 @@ struct KernelTable {
   // instruction sets without it (AVX512-VNNI only).
   void (*dot_tokens_stored)(DType type, const void* rows, size_t row_bytes, int count, const TokenLaneActivations& x,
                             int64_t n, float* out);
+  // One row of n values (a multiple of 32) as Q8_0 activation blocks: q [n], and per group of 16
+  // dx (the block's scale), gsum (the sum of its quants) and xs = dx * gsum, [n / 16] each; bit for
+  // bit QuantizedInput::quantize's plain loop (block 32). nullptr on instruction sets without it
+  // (AVX512-VNNI only): that loop runs instead.
+  void (*quantize_q8_0)(const float* x, int64_t n, int8_t* q, float* dx, int32_t* gsum, float* xs);
 };
 
 const KernelTable& table(Isa isa);  // falls back to the best supported Isa

@@ -4,6 +4,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "cpu/gemm.h"
@@ -86,6 +87,20 @@ void f32_block(const LinearTarget& target, const float* x, int64_t T, int64_t in
 }  // namespace
 
 void QuantizedInput::quantize(const float* x, int64_t T, int64_t in_, int64_t block) {
+  const kernels::KernelTable& k = kernels::table(kernels::best_isa());
+  if (block != 32 || !k.quantize_q8_0) return quantize_portable(x, T, in_, block);
+  in = in_;
+  const int64_t groups = in / kernels::kGroup;
+  q.resize(size_t(T * in));
+  dx.resize(size_t(T * groups));
+  xs.resize(size_t(T * groups));
+  gsum.resize(size_t(T * groups));
+  for (int64_t t = 0; t < T; ++t)
+    k.quantize_q8_0(x + t * in, in, q.data() + t * in, dx.data() + t * groups, gsum.data() + t * groups,
+                    xs.data() + t * groups);
+}
+
+void QuantizedInput::quantize_portable(const float* x, int64_t T, int64_t in_, int64_t block) {
   in = in_;
   const int64_t groups = in / kernels::kGroup;
   q.resize(size_t(T * in));
@@ -132,15 +147,17 @@ void QuantizedInput::lay_out_token_lanes(int64_t T) {
   lane_dx.assign(size_t(groups * L), 0.0f);
   lane_xs.assign(size_t(groups * L), 0.0f);
   lane_gsum.assign(size_t(groups * L), 0);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t g = 0; g < groups; ++g) {
-      for (int64_t k = 0; k < 4; ++k)
-        for (int64_t b = 0; b < 4; ++b)
-          lane_q[size_t(((g * 4 + k) * L + t) * 4 + b)] = q[size_t(t * in + g * kernels::kGroup + 4 * k + b)];
+  // quad k of group g of token t (4 bytes) goes to lane t of row (g, k): whole quads, not bytes
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t k = 0; k < 4; ++k)
+      for (int64_t t = 0; t < T; ++t)
+        std::memcpy(&lane_q[size_t(((g * 4 + k) * L + t) * 4)], &q[size_t(t * in + g * kernels::kGroup + 4 * k)], 4);
+    for (int64_t t = 0; t < T; ++t) {
       lane_dx[size_t(g * L + t)] = dx[size_t(t * groups + g)];
       lane_xs[size_t(g * L + t)] = xs[size_t(t * groups + g)];
       lane_gsum[size_t(g * L + t)] = gsum[size_t(t * groups + g)];
     }
+  }
 }
 
 PrefillPath prefill_path_of(DType type, int64_t in) {

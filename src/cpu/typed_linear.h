@@ -49,6 +49,9 @@ struct QuantizedInput {
   std::vector<float> dx, xs;    // [T, in / 16] scale of each group; scale * sum of the group's quants
   std::vector<int32_t> gsum;    // [T, in / 16] sum of the group's quants
   void quantize(const float* x, int64_t T, int64_t in, int64_t block);  // block: 32 (Q8_0) or 256 (Q8_K)
+  // The same in plain loops (what quantize runs where the CPU has no kernels::quantize_q8_0, and
+  // for Q8_K everywhere): the kernel is tested bit for bit against it.
+  void quantize_portable(const float* x, int64_t T, int64_t in, int64_t block);
 
   // The same T <= kLaneTokens rows with the tokens side by side (kernels::TokenLaneActivations),
   // for the batched-decode kernel dot_tokens; tokens T .. kLaneTokens - 1 are zero.

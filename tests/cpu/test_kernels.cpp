@@ -358,3 +358,26 @@ TEST_CASE("kernels: the bf16 prefill kernels (AVX512-BF16, AMX tiles) equal a do
       }
   }
 }
+
+TEST_CASE("kernels: the vectorized Q8_0 activation quantization equals the plain loop bit for bit, ties included") {
+  const auto& k = cpu::kernels::table(cpu::kernels::best_isa());
+  if (!k.quantize_q8_0) {
+    MESSAGE("no AVX512-VNNI here: activations are quantized by the plain loop only");
+    return;
+  }
+  const int64_t T = 3, in = 320;  // 10 blocks per token
+  std::vector<float> x = scalar::random_vector(size_t(T * in), 70, 3.0f);  // [T, in]
+  // block 1 of token 0: every value an exact tie after scaling (max 127 -> d = 1, values k + 0.5 and -(k + 0.5))
+  for (int j = 0; j < 32; ++j) x[size_t(32 + j)] = (j == 0 ? 127.0f : float(j % 20) + 0.5f) * (j % 2 ? -1.0f : 1.0f);
+  for (int j = 0; j < 32; ++j) x[size_t(64 + j)] = 0.0f;  // block 2: all zero (d = 0)
+  x[size_t(in + 5)] = 1e-30f;                              // token 1: a tiny value among normal ones
+  cpu::QuantizedInput fast, plain;
+  fast.quantize(x.data(), T, in, 32);
+  plain.quantize_portable(x.data(), T, in, 32);
+  CHECK(fast.q == plain.q);
+  CHECK(fast.gsum == plain.gsum);
+  CHECK(std::memcmp(fast.dx.data(), plain.dx.data(), plain.dx.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(fast.xs.data(), plain.xs.data(), plain.xs.size() * sizeof(float)) == 0);
+  CHECK(plain.q[32 + 1] == -2);  // -1.5 rounds away from zero: the ties did reach the rounding
+  CHECK(plain.q[32 + 2] == 3);   // 2.5 -> 3
+}
