@@ -115,6 +115,12 @@ struct KernelTable {
   // bit QuantizedInput::quantize's plain loop (block 32). nullptr on instruction sets without it
   // (AVX512-VNNI only): that loop runs instead.
   void (*quantize_q8_0)(const float* x, int64_t n, int8_t* q, float* dx, int32_t* gsum, float* xs);
+  // Attention for one query over `count` positions whose K or V rows (D floats each) are at
+  // rows[p]: scores[p] = scale * (q . rows[p]); out[d] = sum_p weights[p] * rows[p][d]. Every table
+  // has them (plain vector code at each width).
+  void (*attention_scores)(const float* q, const float* const* rows, int64_t count, int64_t D, float scale,
+                           float* scores);
+  void (*attention_mix)(const float* weights, const float* const* rows, int64_t count, int64_t D, float* out);
 };
 
 const KernelTable& table(Isa isa);  // falls back to the best supported Isa

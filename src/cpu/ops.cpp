@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "cpu/huge_pages.h"
+#include "cpu/kernels.h"
 #include "cpu/typed_linear.h"
 #include "quant/dequantize.h"
 #include "quant/quantize.h"
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #ifdef _OPENMP
@@ -42,27 +44,31 @@ void attention_core(float* context, const float* q, KeyRow key_row, ValueRow val
   const int64_t group = H / KVH;  // query heads per kv head
   const float scale = 1.0f / std::sqrt(float(D));
   const float neg_inf = -std::numeric_limits<float>::infinity();
+  const kernels::KernelTable& k = kernels::table(kernels::best_isa());  // the dot products at the CPU's width
 #pragma omp parallel num_threads(threads)
   {
     HugePageFloats row(static_cast<size_t>(P));  // [P] scores, then weights, of one (head, query); aligned
-    HugePageFloats widened(static_cast<size_t>(D));  // [D] one K or V row widened to f32
+    // [P, D] K or V rows widened to f32 where the pool stores another type (uninitialized: an f32
+    // pool never writes it), and the rows' addresses [P]
+    const std::unique_ptr<float[]> widened(new float[size_t(P * D)]);
+    std::vector<const float*> rows(static_cast<size_t>(P));
 #pragma omp for collapse(2) schedule(static)
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t t = 0; t < T; ++t) {
         const int64_t kv_head = h / group;
         const int64_t last = start + t;  // causal: attend positions [0, last]
-        ConstVectorMap query(q + (t * H + h) * D, D);  // [D]
+        const float* query = q + (t * H + h) * D;  // [D]
         // scores = q.k / sqrt(D), -inf after the query's own position
-        for (int64_t p = 0; p <= last; ++p) row[p] = query.dot(ConstVectorMap(key_row(p, kv_head, widened.data()), D)) * scale;
+        for (int64_t p = 0; p <= last; ++p) rows[size_t(p)] = key_row(p, kv_head, widened.get() + p * D);
+        k.attention_scores(query, rows.data(), last + 1, D, scale, row.data());
         for (int64_t p = last + 1; p < P; ++p) row[p] = neg_inf;
         if (scores_out) std::memcpy(scores_out + (h * T + t) * P, row.data(), sizeof(float) * P);
         // weights = softmax(scores); masked positions become exactly 0
         softmax(row.data(), 1, P);
         if (weights_out) std::memcpy(weights_out + (h * T + t) * P, row.data(), sizeof(float) * P);
         // context = sum_p weights[p] * v[p]
-        VectorMap out(context + t * H * D + h * D, D);  // [D]
-        out.setZero();
-        for (int64_t p = 0; p <= last; ++p) out += row[p] * ConstVectorMap(value_row(p, kv_head, widened.data()), D);
+        for (int64_t p = 0; p <= last; ++p) rows[size_t(p)] = value_row(p, kv_head, widened.get() + p * D);
+        k.attention_mix(row.data(), rows.data(), last + 1, D, context + t * H * D + h * D);
       }
     }
   }
