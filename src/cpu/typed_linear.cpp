@@ -86,27 +86,28 @@ void f32_block(const LinearTarget& target, const float* x, int64_t T, int64_t in
 
 }  // namespace
 
-void QuantizedInput::quantize(const float* x, int64_t T, int64_t in_, int64_t block) {
-  const kernels::KernelTable& k = kernels::table(kernels::best_isa());
-  if (block != 32 || !k.quantize_q8_0) return quantize_portable(x, T, in_, block);
+void QuantizedInput::size_for(int64_t T, int64_t in_) {
   in = in_;
   const int64_t groups = in / kernels::kGroup;
   q.resize(size_t(T * in));
   dx.resize(size_t(T * groups));
   xs.resize(size_t(T * groups));
   gsum.resize(size_t(T * groups));
+}
+
+void QuantizedInput::quantize(const float* x, int64_t T, int64_t in_, int64_t block) {
+  const kernels::KernelTable& k = kernels::table(kernels::best_isa());
+  if (block != 32 || !k.quantize_q8_0) return quantize_portable(x, T, in_, block);
+  size_for(T, in_);
+  const int64_t groups = in / kernels::kGroup;
   for (int64_t t = 0; t < T; ++t)
     k.quantize_q8_0(x + t * in, in, q.data() + t * in, dx.data() + t * groups, gsum.data() + t * groups,
                     xs.data() + t * groups);
 }
 
 void QuantizedInput::quantize_portable(const float* x, int64_t T, int64_t in_, int64_t block) {
-  in = in_;
+  size_for(T, in_);
   const int64_t groups = in / kernels::kGroup;
-  q.resize(size_t(T * in));
-  dx.resize(size_t(T * groups));
-  xs.resize(size_t(T * groups));
-  gsum.resize(size_t(T * groups));
   for (int64_t t = 0; t < T; ++t) {
     const float* row = x + t * in;
     int8_t* qr = q.data() + t * in;

@@ -52,6 +52,7 @@ struct QuantizedInput {
   // The same in plain loops (what quantize runs where the CPU has no kernels::quantize_q8_0, and
   // for Q8_K everywhere): the kernel is tested bit for bit against it.
   void quantize_portable(const float* x, int64_t T, int64_t in, int64_t block);
+  void size_for(int64_t T, int64_t in);  // in, and q, dx, xs, gsum sized for T rows of `in`
 
   // The same T <= kLaneTokens rows with the tokens side by side (kernels::TokenLaneActivations),
   // for the batched-decode kernel dot_tokens; tokens T .. kLaneTokens - 1 are zero.
