@@ -10,6 +10,7 @@
 #include "backends/backends_under_test.h"
 #include "core/numeric.h"
 #include "backends/planted.h"
+#include "cpu/kernels.h"
 #include "quant/quantize_model.h"
 #include "trace/compare.h"
 #include "trace/dump_sink.h"
@@ -172,7 +173,10 @@ fs::path quantized_file(const QuantizedFile& f, const fs::path& work) {
 
 TEST_CASE("whole model, quantized GGUF files: the fast backend on the stored blocks against the reference on "
           "the dequantized weights, stage by stage") {
-  const fs::path work = fs::path(JOURNEY_BINARY_DIR) / "test-tmp" / "whole-model-quantized";
+  // (its own folder per kernel level: ctest runs the levels side by side, CMakeLists.txt)
+  const std::string level = cpu::kernels::isa_name(cpu::kernels::best_isa());
+  MESSAGE("kernels: " << level);
+  const fs::path work = fs::path(JOURNEY_BINARY_DIR) / "test-tmp" / ("whole-model-quantized-" + level);
   for (const QuantizedFile& f : kQuantizedFiles) {
     SUBCASE(f.name) {
       const LoadedModel model = load_model(quantized_file(f, work));
