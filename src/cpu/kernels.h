@@ -93,7 +93,7 @@ struct KernelTable {
   // The dot products of `count` consecutive stored rows (`row_bytes` apart from `first`) of a type
   // has_fused_dot() lists with one quantized activation row, out [count]; the blocks widened in
   // registers (decode: no unpacked copy to write and read back); NaN for other types. A row's
-  // result does not depend on `count`. nullptr on instruction sets without it (AVX512-VNNI only).
+  // result does not depend on `count`. AVX2 and AVX-512; nullptr in the generic table.
   void (*dot_rows)(DType type, const void* first, size_t row_bytes, int64_t count, const QuantizedActivations& x,
                    int64_t n, float* out);
   // dot() of up to kTokenRows unpacked rows with every token of a batch at once (batched decode,
