@@ -121,6 +121,11 @@ struct KernelTable {
   void (*attention_scores)(const float* q, const float* const* rows, int64_t count, int64_t D, float scale,
                            float* scores);
   void (*attention_mix)(const float* weights, const float* const* rows, int64_t count, int64_t D, float* out);
+  // x = softmax(x) over one row of n (-inf entries become exactly 0; not all of them -inf), and
+  // out = silu(gate) * up = gate / (1 + e^-gate) * up: e^x computed at the CPU's vector width by
+  // one polynomial (relative error ~1e-7), every element by the same code wherever it sits.
+  void (*softmax_row)(float* x, int64_t n);
+  void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);
 };
 
 const KernelTable& table(Isa isa);  // falls back to the best supported Isa

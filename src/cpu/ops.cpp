@@ -63,8 +63,9 @@ void attention_core(float* context, const float* q, KeyRow key_row, ValueRow val
         k.attention_scores(query, rows.data(), last + 1, D, scale, row.data());
         for (int64_t p = last + 1; p < P; ++p) row[p] = neg_inf;
         if (scores_out) std::memcpy(scores_out + (h * T + t) * P, row.data(), sizeof(float) * P);
-        // weights = softmax(scores); masked positions become exactly 0
-        softmax(row.data(), 1, P);
+        // weights = softmax(scores) over the positions attended; the masked ones are exactly 0
+        k.softmax_row(row.data(), last + 1);
+        for (int64_t p = last + 1; p < P; ++p) row[p] = 0.0f;
         if (weights_out) std::memcpy(weights_out + (h * T + t) * P, row.data(), sizeof(float) * P);
         // context = sum_p weights[p] * v[p]
         for (int64_t p = 0; p <= last; ++p) rows[size_t(p)] = value_row(p, kv_head, widened.get() + p * D);
@@ -171,38 +172,17 @@ void linear(float* y, const float* x, WeightView weight, const float* bias, int6
 }
 
 void softmax(float* x, int64_t R, int64_t N) {
-  for (int64_t r = 0; r < R; ++r) {
-    VectorMap row(x + r * N, N);
-    const float max = row.maxCoeff();  // subtract the max so exp never overflows
-    // Masked (-inf) entries must come out exactly 0: Eigen's vectorized exp clamps its input at
-    // about -88 on SSE2-only builds and would return a denormal instead.
-    row = (row.array() == -std::numeric_limits<float>::infinity()).select(0.0f, (row.array() - max).exp());
-    row /= row.sum();
-  }
+  // at the CPU's vector width (kernels::softmax_row; Eigen's exp here ran 4 lanes wide): masked
+  // (-inf) entries come out exactly 0
+  const kernels::KernelTable& k = kernels::table(kernels::best_isa());
+  for (int64_t r = 0; r < R; ++r) k.softmax_row(x + r * N, N);
 }
 
 void swiglu(float* out, const float* gate, const float* up, int64_t n) {
-  // Eigen's vectorized exp (a scalar std::exp per element took ~8 ms of a 16-token step of the
-  // 0.5B model, with the other thread idle). exp(-g) overflows to +inf for g < -88, and
-  // g / inf = -0 as silu's limit wants. Every element goes through the same vector code, in
-  // fixed blocks of 16 (the last one padded): with a plain Map, Eigen would peel a few leading
-  // elements to an aligned address and compute those with the scalar exp, so a value's last bit
-  // would depend on where its buffer happens to start.
-  using Block = Eigen::Array<float, 16, 1>;
-  auto silu_times_up = [](const float* g_in, const float* u_in, float* o_out) {
-    const Eigen::Map<const Block> g(g_in), u(u_in);
-    Eigen::Map<Block> o(o_out);
-    o = g / (1.0f + (-g).exp()) * u;
-  };
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) silu_times_up(gate + i, up + i, out + i);
-  if (i < n) {
-    float g_tail[16] = {}, u_tail[16] = {}, o_tail[16];
-    std::memcpy(g_tail, gate + i, sizeof(float) * size_t(n - i));
-    std::memcpy(u_tail, up + i, sizeof(float) * size_t(n - i));
-    silu_times_up(g_tail, u_tail, o_tail);
-    std::memcpy(out + i, o_tail, sizeof(float) * size_t(n - i));
-  }
+  // kernels::silu_mul: every element through the same vector code (the tail padded), so a value's
+  // bits do not depend on where its buffer starts or how the threads split it; exp(-g) overflows
+  // to +inf for g < -88, and g / inf = -0 as silu's limit wants.
+  kernels::table(kernels::best_isa()).silu_mul(gate, up, out, n);
 }
 
 void residual_add(float* out, const float* a, const float* b, int64_t n) {

@@ -4,7 +4,9 @@
 // against a double-precision loop over the reference dequantizer's values (quant::dequantize).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <vector>
 
@@ -380,4 +382,55 @@ TEST_CASE("kernels: the vectorized Q8_0 activation quantization equals the plain
   CHECK(std::memcmp(fast.xs.data(), plain.xs.data(), plain.xs.size() * sizeof(float)) == 0);
   CHECK(plain.q[32 + 1] == -2);  // -1.5 rounds away from zero: the ties did reach the rounding
   CHECK(plain.q[32 + 2] == 3);   // 2.5 -> 3
+}
+
+TEST_CASE("kernels: softmax_row and silu_mul equal double-precision exp within 4e-7; -inf weighs exactly 0; a value's bits do not depend on its place") {
+  // (Relative bounds: e^x's own error ~1e-7, plus, for softmax, the f32 rounding of x - max, which
+  // moves e^(x - max) by up to |x - max| 2^-24 relative; silu below g = -88 is -0 against a true
+  // value under 1e-36.)
+  const float inf = std::numeric_limits<float>::infinity();
+  for (Isa isa : supported_isas()) {
+    const auto& k = cpu::kernels::table(isa);
+    CAPTURE(cpu::kernels::isa_name(isa));
+    // silu over the whole float range that matters, the extremes included
+    std::vector<float> gate, up;
+    for (float g = -120.0f; g <= 120.0f; g += 0.37f) gate.push_back(g), up.push_back(0.5f + 0.001f * float(gate.size()));
+    for (float g : {-1e30f, -88.7f, -88.3f, -87.0f, -1e-30f, 0.0f, 1e-30f, 87.0f, 88.3f, 88.8f, 1e30f})
+      gate.push_back(g), up.push_back(1.0f);
+    const int64_t n = int64_t(gate.size());
+    std::vector<float> act(gate.size());
+    k.silu_mul(gate.data(), up.data(), act.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      CAPTURE(gate[size_t(i)]);
+      const double g = gate[size_t(i)];
+      const double want = g / (1.0 + std::exp(-g)) * up[size_t(i)];
+      CHECK(std::abs(act[size_t(i)] - want) <= 4e-7 * std::abs(want) + 1e-35);
+    }
+    // the same element at every offset (1 .. 40 elements in: body lanes and tail) gives the same bits
+    for (int64_t offset = 1; offset <= 40; ++offset) {
+      std::vector<float> g2(size_t(offset), 0.3f), u2(size_t(offset), 1.0f), o2(size_t(offset) + 1);
+      g2.push_back(gate[7]), u2.push_back(up[7]);
+      k.silu_mul(g2.data(), u2.data(), o2.data(), offset + 1);
+      CHECK(o2[size_t(offset)] == act[7]);
+    }
+    // softmax rows of every length 1 .. 70 with masked tails and a large spread
+    for (int64_t len = 1; len <= 70; ++len) {
+      CAPTURE(len);
+      std::vector<float> row(static_cast<size_t>(len));
+      for (int64_t i = 0; i < len; ++i) row[size_t(i)] = float(std::sin(double(i) * 1.7) * 30.0);
+      for (int64_t i = len * 2 / 3 + 1; i < len; ++i) row[size_t(i)] = -inf;  // masked
+      std::vector<double> want(row.begin(), row.end());
+      const double top = *std::max_element(want.begin(), want.end());
+      double total = 0;
+      for (double& v : want) total += (v = std::exp(v - top));
+      k.softmax_row(row.data(), len);
+      for (int64_t i = 0; i < len; ++i) {
+        if (i > len * 2 / 3) CHECK(row[size_t(i)] == 0.0f);  // exactly
+        else {
+          const double p = want[size_t(i)] / total, spread = std::abs(std::log(want[size_t(i)]));  // |x - max|
+          CHECK(std::abs(row[size_t(i)] - p) <= (4e-7 + 6e-8 * spread) * p);
+        }
+      }
+    }
+  }
 }
