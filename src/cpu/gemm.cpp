@@ -44,7 +44,7 @@ void bf16_rows(DType type, float* y, const uint16_t* x, const void* weight, size
 namespace amx {
 double peak_loop(int kind, int64_t iterations, float* sink);
 size_t amx_rows_scratch_bytes(int64_t in);
-void amx_pack_tokens(const uint16_t* x, int64_t T, int64_t in, uint16_t* packed);
+void amx_pack_tokens(const float* x, int64_t T, int64_t in, uint16_t* packed, int64_t tile_begin, int64_t tile_end);
 void amx_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,
               const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
               void* scratch);
@@ -234,12 +234,12 @@ size_t amx_rows_scratch_bytes(int64_t in) {
   return 0;
 }
 
-void amx_pack_tokens(const uint16_t* x, int64_t T, int64_t in, uint16_t* packed) {
+void amx_pack_tokens(const float* x, int64_t T, int64_t in, uint16_t* packed, int64_t tile_begin, int64_t tile_end) {
   if (in % 32 != 0) fail("amx_pack_tokens: rows of ", in, " values; AMX tiles take multiples of 32");
 #ifdef JOURNEY_KERNELS_X86
-  if (has_amx()) return amx::amx_pack_tokens(x, T, in, packed);
+  if (has_amx()) return amx::amx_pack_tokens(x, T, in, packed, tile_begin, tile_end);
 #endif
-  (void)x, (void)T, (void)packed;
+  (void)x, (void)T, (void)packed, (void)tile_begin, (void)tile_end;
   fail("amx_pack_tokens: no AMX-BF16 here (check kernels::has_amx() first)");
 }
 

@@ -168,10 +168,11 @@ void bf16_rows(DType type, float* y, const uint16_t* x, const void* weight, size
 inline int64_t amx_token_tiles(int64_t T) { return (T + 31) / 32 * 2; }
 // Elements (bf16) of amx_pack_tokens's output for T tokens of `in` values.
 inline int64_t amx_packed_tokens_size(int64_t T, int64_t in) { return amx_token_tiles(T) * 16 * in; }
-// x [T, in] bf16 (to_bf16's output; in a multiple of 32) re-laid out as the token tiles tdpbf16ps
-// reads: [amx_token_tiles(T), in / 32, 16 pairs, 16 tokens, 2] — tile (b, c) holds tokens
-// 16b .. 16b + 15, inputs 32c .. 32c + 31, each pair of inputs side by side ("VNNI" layout).
-void amx_pack_tokens(const uint16_t* x, int64_t T, int64_t in, uint16_t* packed);
+// x [T, in] f32 (in a multiple of 32) rounded to bf16 as to_bf16 rounds and laid out as the token
+// tiles tdpbf16ps reads: [amx_token_tiles(T), in / 32, 16 pairs, 16 tokens, 2] — tile (b, c) holds
+// tokens 16b .. 16b + 15, inputs 32c .. 32c + 31, each pair of inputs side by side ("VNNI"
+// layout). Writes the tiles b in [tile_begin, tile_end) only (threads share the work).
+void amx_pack_tokens(const float* x, int64_t T, int64_t in, uint16_t* packed, int64_t tile_begin, int64_t tile_end);
 // Scratch one thread of amx_rows needs (bytes), for rows of `in` weights.
 size_t amx_rows_scratch_bytes(int64_t in);
 // bf16_rows on AMX tiles: columns [row_begin, row_end) of y = x W^T (+ bias), x packed by

@@ -169,8 +169,24 @@ PrefillPath prefill_path_of(DType type, int64_t in) {
   return PrefillPath::F32;
 }
 
-PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets)
+namespace {
+PreparedBuffers& thread_buffers() {
+  thread_local PreparedBuffers buffers;
+  return buffers;
+}
+}  // namespace
+
+PreparedInput::~PreparedInput() {
+  if (!own_) b_->in_use = false;
+}
+
+PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets,
+                             int threads)
     : x_(x), T_(T), in_(in) {
+  PreparedBuffers& mine = thread_buffers();
+  if (mine.in_use) own_ = std::make_unique<PreparedBuffers>();
+  b_ = own_ ? own_.get() : &mine;
+  b_->in_use = true;
   bool q8_0 = false, q8_k = false, bf16 = false;
   for (const LinearTarget& target : targets) {
     const DType type = target.weight.type;
@@ -178,29 +194,33 @@ PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<co
       fail("linear: weights of type ", dtype_name(type), " cannot be multiplied (expected f32, f16, bf16 or a block type)");
     if (T > kSmallBatchTokens) {
       const PrefillPath path = prefill_path_of(type, in);
-      bf16 = bf16 || path != PrefillPath::F32;
+      bf16 = bf16 || path == PrefillPath::Bf16Dot;
       amx_ = amx_ || path == PrefillPath::AmxTiles;
     } else if (dtype_is_quantized(type)) {
       if (activation_block(type) == 32) q8_0 = true;
       else q8_k = true;
     }
   }
-  if (q8_0) q8_0_.quantize(x, T, in, 32);
-  if (q8_k) q8_k_.quantize(x, T, in, 256);
+  if (q8_0) b_->q8_0.quantize(x, T, in, 32);
+  if (q8_k) b_->q8_k.quantize(x, T, in, 256);
   // Batched decode: the tokens side by side for dot_tokens (where the CPU has it).
   token_lanes_ = T >= kMinLaneTokens && T <= kSmallBatchTokens && kernels::table(kernels::best_isa()).dot_tokens;
   if (token_lanes_) {
-    if (q8_0) q8_0_.lay_out_token_lanes(T);
-    if (q8_k) q8_k_.lay_out_token_lanes(T);
+    if (q8_0) b_->q8_0.lay_out_token_lanes(T);
+    if (q8_k) b_->q8_k.lay_out_token_lanes(T);
   }
   if (bf16) {
-    bf16_.resize(size_t(T * in));
-    kernels::to_bf16(x, bf16_.data(), T * in);
-    // AMX: the tokens once more, in the tile layout tdpbf16ps reads (every thread and target shares it)
-    if (amx_) {
-      amx_tokens_.resize(size_t(kernels::amx_packed_tokens_size(T, in)));
-      kernels::amx_pack_tokens(bf16_.data(), T, in, amx_tokens_.data());
-    }
+    b_->bf16.resize(size_t(T * in));
+    kernels::to_bf16(x, b_->bf16.data(), T * in);
+  }
+  // AMX: x rounded to bf16 straight into the tile layout tdpbf16ps reads (every thread and target
+  // shares it), the tiles of 16 tokens split over the threads
+  if (amx_) {
+    b_->amx_tokens.resize(size_t(kernels::amx_packed_tokens_size(T, in)));
+    const int64_t tiles = kernels::amx_token_tiles(T);
+    uint16_t* packed = b_->amx_tokens.data();
+#pragma omp parallel for num_threads(int(std::min<int64_t>(threads, tiles))) schedule(static) if (threads > 1)
+    for (int64_t b = 0; b < tiles; ++b) kernels::amx_pack_tokens(x, T, in, packed, b, b + 1);
   }
 }
 
@@ -217,14 +237,14 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   if (path == PrefillPath::AmxTiles) {
     Scratch& s = scratch();
     ensure(s.amx, kernels::amx_rows_scratch_bytes(in));
-    kernels::amx_rows(type, target.y, amx_tokens_.data(), weight, row_bytes, target.bias, T, in, out, begin, end,
+    kernels::amx_rows(type, target.y, b_->amx_tokens.data(), weight, row_bytes, target.bias, T, in, out, begin, end,
                       s.amx.data());
     return;
   }
   if (path == PrefillPath::Bf16Dot) {
     Scratch& s = scratch();
     ensure(s.bf16, kernels::bf16_rows_scratch_bytes());
-    kernels::bf16_rows(type, target.y, bf16_.data(), weight, row_bytes, target.bias, T, in, out, begin, end,
+    kernels::bf16_rows(type, target.y, b_->bf16.data(), weight, row_bytes, target.bias, T, in, out, begin, end,
                        s.bf16.data());
     return;
   }
@@ -250,7 +270,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     }
     return;
   }
-  const QuantizedInput& qx = activation_block(type) == 32 ? q8_0_ : q8_k_;
+  const QuantizedInput& qx = activation_block(type) == 32 ? b_->q8_0 : b_->q8_k;
   const bool has_offset = kernels::unpacked_has_offset(type);
   if (T == 1 && k.dot_rows && kernels::has_fused_dot(type)) {  // decode: blocks widened in registers
     const kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};

@@ -331,7 +331,7 @@ TEST_CASE("kernels: the bf16 prefill kernels (AVX512-BF16, AMX tiles) equal a do
           // rows [1, out): row 0 must stay untouched
           if (on_tiles) {
             std::vector<uint16_t> packed(size_t(cpu::kernels::amx_packed_tokens_size(T, in)));
-            cpu::kernels::amx_pack_tokens(xb.data(), T, in, packed.data());
+            cpu::kernels::amx_pack_tokens(x.data(), T, in, packed.data(), 0, cpu::kernels::amx_token_tiles(T));
             std::vector<unsigned char> scratch(cpu::kernels::amx_rows_scratch_bytes(in));
             cpu::kernels::amx_rows(type, got.data(), packed.data(), bytes.data(), row_bytes, bias.data(), T, in, out,
                                    1, out, scratch.data());
