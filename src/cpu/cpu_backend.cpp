@@ -261,6 +261,12 @@ class CpuBackend : public Backend {
  private:
   void check_batch(const ForwardBatch& batch) const;
   void swiglu_in_parallel(float* act, const float* gate, const float* up, int64_t n);  // act = silu(gate) * up, [n]
+  // fn(first, count) over rows [0, R) of `row_elements` values: one contiguous share per thread
+  // when there is enough work, else all at once (the row-wise ops: RMSNorm, RoPE, the residual
+  // adds; serial, they kept one thread of a 1.1B prefill waiting ~7 % of the time). Every row is
+  // computed by the same code however the rows are shared, so the results do not change.
+  template <typename Fn>
+  void in_row_shares(int64_t R, int64_t row_elements, Fn&& fn);
 
   ModelConfig config_;
   std::string stored_weight_types_;  // as the file stores them (weight_type_summary)
@@ -378,6 +384,18 @@ void CpuBackend::swiglu_in_parallel(float* act, const float* gate, const float* 
   }
 }
 
+template <typename Fn>
+void CpuBackend::in_row_shares(int64_t R, int64_t row_elements, Fn&& fn) {
+  constexpr int64_t kMinParallel = 16384;  // values; below, a parallel region costs about what it saves
+  if (threads_ == 1 || R < 2 || R * row_elements < kMinParallel) return fn(int64_t(0), R);
+  const int64_t share = (R + threads_ - 1) / threads_;
+#pragma omp parallel for num_threads(threads_) schedule(static)
+  for (int i = 0; i < threads_; ++i) {
+    const int64_t first = std::min(R, i * share), count = std::min(R, first + share) - first;
+    if (count > 0) fn(first, count);
+  }
+}
+
 void CpuBackend::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
   if (num_blocks <= 0 || block_size <= 0)
     fail("KV cache: num_blocks (", num_blocks, ") and block_size (", block_size, ") must be positive");
@@ -452,7 +470,9 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     const int il = int(l);
 
     // attention sublayer: RMSNorm
-    ops_.rms_norm(xn.data(), x.data(), lw.attn_norm.data(), N, E, eps);
+    in_row_shares(N, E, [&](int64_t r, int64_t n) {
+      ops_.rms_norm(xn.data() + r * E, x.data() + r * E, lw.attn_norm.data(), n, E, eps);
+    });
     JOURNEY_TRACE(sink, Stage::attn_norm, il, trace_view(xn, {N, E}));
 
     // q, k, v projections (Qwen2 adds biases)
@@ -474,8 +494,10 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     }
 
     // rotary position embedding of q and k
-    ops_.rope(q.data(), positions.data(), N, H, D, c.rope_theta, c.rope_layout);
-    ops_.rope(k.data(), positions.data(), N, KVH, D, c.rope_theta, c.rope_layout);
+    in_row_shares(N, (H + KVH) * D, [&](int64_t t, int64_t n) {
+      ops_.rope(q.data() + t * H * D, positions.data() + t, n, H, D, c.rope_theta, c.rope_layout);
+      ops_.rope(k.data() + t * KVH * D, positions.data() + t, n, KVH, D, c.rope_theta, c.rope_layout);
+    });
     JOURNEY_TRACE(sink, Stage::q_rope, il, trace_view(q, {N, H, D}));
     JOURNEY_TRACE(sink, Stage::k_rope, il, trace_view(k, {N, KVH, D}));
 
@@ -518,11 +540,15 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
       communicator_->all_reduce_sum(attn_out.data(), N * E);
     }
     JOURNEY_TRACE(sink, Stage::attn_out, il, trace_view(attn_out, {N, E}));
-    ops_.residual_add(x.data(), x.data(), attn_out.data(), N * E);
+    in_row_shares(N, E, [&](int64_t r, int64_t n) {
+      ops_.residual_add(x.data() + r * E, x.data() + r * E, attn_out.data() + r * E, n * E);
+    });
     JOURNEY_TRACE(sink, Stage::resid_attn, il, trace_view(x, {N, E}));
 
     // FFN sublayer: RMSNorm
-    ops_.rms_norm(xn.data(), x.data(), lw.ffn_norm.data(), N, E, eps);
+    in_row_shares(N, E, [&](int64_t r, int64_t n) {
+      ops_.rms_norm(xn.data() + r * E, x.data() + r * E, lw.ffn_norm.data(), n, E, eps);
+    });
     JOURNEY_TRACE(sink, Stage::ffn_norm, il, trace_view(xn, {N, E}));
 
     // gate and up projections, SwiGLU, down projection
@@ -542,7 +568,9 @@ ForwardOutput CpuBackend::forward(const ForwardBatch& batch, TraceSink* sink) {
     JOURNEY_TRACE(sink, Stage::ffn_out, il, trace_view(ffn_out, {N, E}));
 
     // residual connection
-    ops_.residual_add(x.data(), x.data(), ffn_out.data(), N * E);
+    in_row_shares(N, E, [&](int64_t r, int64_t n) {
+      ops_.residual_add(x.data() + r * E, x.data() + r * E, ffn_out.data() + r * E, n * E);
+    });
     JOURNEY_TRACE(sink, Stage::layer_out, il, trace_view(x, {N, E}));
   }
 
