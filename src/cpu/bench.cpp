@@ -235,12 +235,16 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
     r.bf16_dot_gflop_s = peak_on_threads(cpu::kernels::PeakKind::Bf16Dot, r.threads) / 1e9;
     r.int8_dot_gop_s = peak_on_threads(cpu::kernels::PeakKind::Int8Dot, r.threads) / 1e9;
     r.amx_bf16_gflop_s = peak_on_threads(cpu::kernels::PeakKind::AmxBf16, r.threads) / 1e9;
-    if (r.prefill_path != "f32" && cpu::onednn::available()) {
+    // oneDNN's GEMM on the prefill path's instructions, where it has them on this CPU (bf16 needs
+    // AVX-512 in oneDNN 2.6; without it the basis says so and the peak estimate stands in)
+    const bool int8 = r.prefill_path == "int8-lanes";
+    const DType onednn_type = int8 ? DType::U8 : DType::BF16;
+    if (r.prefill_path != "f32" && cpu::onednn::supports(onednn_type)) {
       const cpu::onednn::MatmulRate rate =
-          cpu::onednn::measure(r.threads, options.prompt_tokens, c.hidden_size, c.intermediate_size, DType::BF16, 0.3,
+          cpu::onednn::measure(r.threads, options.prompt_tokens, c.hidden_size, c.intermediate_size, onednn_type, 0.3,
                                cpu::onednn::WeightLayout::Prepacked);
-      r.onednn_bf16_gflop_s = rate.gflop_s;
-      r.onednn_bf16_kernel = rate.implementation;
+      (int8 ? r.onednn_int8_gop_s : r.onednn_bf16_gflop_s) = rate.gflop_s;
+      (int8 ? r.onednn_int8_kernel : r.onednn_bf16_kernel) = rate.implementation;
     }
   }
   r.resident_peak = process_memory().resident_peak;
@@ -260,22 +264,26 @@ double decode_bytes_per_token(const ModelConfig& config, const WeightStore& weig
 }
 
 std::string prefill_path(const WeightStore& weights) {
-  double bytes[3] = {};  // matrix bytes per cpu::PrefillPath: the path most of them take sets the ceiling
+  double bytes[4] = {};  // matrix bytes per cpu::PrefillPath: the path most of them take sets the ceiling
   for (const auto& [name, t] : weights.all())
     if (t.shape.size() == 2) bytes[int(cpu::prefill_path_of(t.dtype, t.shape[1]))] += double(t.nbytes);
-  const int most = int(std::max_element(bytes, bytes + 3) - bytes);
+  const int most = int(std::max_element(bytes, bytes + 4) - bytes);
   switch (cpu::PrefillPath(most)) {
     case cpu::PrefillPath::AmxTiles: return "amx-bf16";
     case cpu::PrefillPath::Bf16Dot: return "bf16";
+    case cpu::PrefillPath::Int8Lanes: return "int8-lanes";
     default: return "f32";
   }
 }
 
 std::string BenchResult::prefill_gemm_basis() const {
   if (prefill_path == "f32") return "Eigen's f32 GEMM";
+  if (prefill_path == "int8-lanes")
+    return onednn_int8_gop_s > 0 ? "oneDNN int8 matmul " + onednn_int8_kernel + ", weight prepacked"
+                                 : "no oneDNN int8 matmul: int8 peak x Eigen GEMM / f32 FMA peak";
   if (onednn_bf16_gflop_s > 0) return "oneDNN bf16 matmul " + onednn_bf16_kernel + ", weight prepacked";
   return prefill_path == "amx-bf16" ? "no oneDNN: AMX peak x Eigen GEMM / f32 FMA peak"
-                                    : "no oneDNN: bf16 peak x Eigen GEMM / f32 FMA peak";
+                                    : "no oneDNN bf16 matmul: bf16 peak x Eigen GEMM / f32 FMA peak";
 }
 
 std::string format_bench_table(const BenchResult& r) {
@@ -317,7 +325,7 @@ std::string format_bench_table(const BenchResult& r) {
                 r.bandwidth_gb_s, r.bandwidth_runs_gb_s.min, r.bandwidth_runs_gb_s.max, r.gemm_gflop_s);
   out << line;
   std::snprintf(line, sizeof line,
-                "         dot-product peaks: f32 FMA %.0f GFLOP/s, bf16 (vdpbf16ps) %.0f GFLOP/s, int8 (vpdpbusd) %.0f "
+                "         dot-product peaks: f32 FMA %.0f GFLOP/s, bf16 (vdpbf16ps) %.0f GFLOP/s, int8 (vpdpbusd, AVX2: vpmaddubsw) %.0f "
                 "GOP/s, bf16 AMX tiles (tdpbf16ps) %.0f GFLOP/s (0 = not on this CPU, or capped by JOURNEY_CPU_ISA)\n",
                 r.f32_fma_gflop_s, r.bf16_dot_gflop_s, r.int8_dot_gop_s, r.amx_bf16_gflop_s);
   out << line;
@@ -382,6 +390,8 @@ nlohmann::json bench_json(const BenchResult& r) {
           {"amx_bf16_gflop_s", r.amx_bf16_gflop_s},
           {"onednn_bf16_gflop_s", r.onednn_bf16_gflop_s},
           {"onednn_bf16_kernel", r.onednn_bf16_kernel},
+          {"onednn_int8_gop_s", r.onednn_int8_gop_s},
+          {"onednn_int8_kernel", r.onednn_int8_kernel},
           {"prefill_gemm_basis", r.prefill_gemm_basis()},
           {"prefill_compute_seconds", r.prefill_compute_seconds()},
           {"prefill_memory_seconds", r.prefill_memory_seconds()},

@@ -25,7 +25,8 @@ struct BenchOptions {
   // 0: every weight in f32, from the config alone.
   double weight_bytes_per_token = 0;
   // The compute path of the prefill's products, which sets its ceiling: "f32" (Eigen's GEMM),
-  // "bf16" (AVX512-BF16 dot products) or "amx-bf16" (AMX tiles); see prefill_path(model).
+  // "bf16" (AVX512-BF16 dot products), "amx-bf16" (AMX tiles) or "int8-lanes" (the integer
+  // token-lane kernel, AVX2 / AVX512-VNNI); see prefill_path(model).
   std::string prefill_path = "f32";
 };
 
@@ -54,23 +55,30 @@ struct BenchResult {
   double gemm_gflop_s = 0;            // measured Eigen FP32 GEMM of the prefill's shape
   double gemm_cpu_gflop_s = 0;        // the same per CPU-second x threads (see prefill_cpu_tok_s)
   // The dot-product instructions' own rates on `threads` threads (register-resident loops, no
-  // memory): f32 FMA, AVX512-BF16 vdpbf16ps and AVX512-VNNI vpdpbusd (0 where the CPU lacks them);
-  // 2 operations per multiply-add.
+  // memory): f32 FMA, AVX512-BF16 vdpbf16ps and the int8 dot (AVX512-VNNI vpdpbusd, AVX2
+  // vpmaddubsw + vpmaddwd) (0 where the CPU lacks them); 2 operations per multiply-add.
   double f32_fma_gflop_s = 0, bf16_dot_gflop_s = 0, int8_dot_gop_s = 0;
   double amx_bf16_gflop_s = 0;        // AMX tdpbf16ps on tiles (0: no AMX, or capped)
   // oneDNN's bf16 matmul of the prefill's shape (cpu/onednn_matmul.h, the weight prepacked in the
   // layout it chooses: its kernel's own rate) and the kernel it chose; 0 / "not built" without oneDNN.
   double onednn_bf16_gflop_s = 0;
   std::string onednn_bf16_kernel;
+  // The same for the int8-lanes path: oneDNN's int8 matmul (u8 x s8, int32 sums) of the prefill's
+  // shape, weight prepacked; 0 / "not built" without oneDNN.
+  double onednn_int8_gop_s = 0;
+  std::string onednn_int8_kernel;
   std::string prefill_path = "f32";   // BenchOptions::prefill_path
   // The prefill's GEMM rate: Eigen's f32 GEMM for the f32 path. For the bf16 and amx-bf16 paths
-  // oneDNN's bf16 matmul (a library's GEMM on the same instructions, measured now); without oneDNN
+  // oneDNN's bf16 matmul, for int8-lanes its int8 matmul (a library's GEMM on the same
+  // instructions, measured now); without oneDNN (or where it lacks the type: bf16 below AVX-512)
   // the instruction's peak scaled by how close Eigen's GEMM comes to the f32 FMA peak (what a GEMM
   // achieves of its instruction's peak on this machine, applied to the faster instruction).
   double prefill_gemm_gflop_s() const {
     if (prefill_path == "f32") return gemm_gflop_s;
-    if (onednn_bf16_gflop_s > 0) return onednn_bf16_gflop_s;
-    const double peak = prefill_path == "amx-bf16" ? amx_bf16_gflop_s : bf16_dot_gflop_s;
+    const bool int8 = prefill_path == "int8-lanes";
+    const double onednn = int8 ? onednn_int8_gop_s : onednn_bf16_gflop_s;
+    if (onednn > 0) return onednn;
+    const double peak = int8 ? int8_dot_gop_s : prefill_path == "amx-bf16" ? amx_bf16_gflop_s : bf16_dot_gflop_s;
     if (peak <= 0 || f32_fma_gflop_s <= 0) return gemm_gflop_s;
     return peak * gemm_gflop_s / f32_fma_gflop_s;
   }
@@ -105,7 +113,7 @@ struct BenchResult {
 // row per token) unless it doubles as the LM head; norms and biases in f32 as the backend keeps them.
 double decode_bytes_per_token(const ModelConfig& config, const WeightStore& weights);
 // The prefill's compute path on the fast CPU backend for these weights: the cpu::prefill_path_of
-// (cpu/typed_linear.h) most matrix bytes take — "amx-bf16", "bf16" or "f32".
+// (cpu/typed_linear.h) most matrix bytes take — "amx-bf16", "bf16", "int8-lanes" or "f32".
 std::string prefill_path(const WeightStore& weights);
 
 // Streaming read of a buffer (much larger than the caches: 2 GiB by default) on `threads`

@@ -74,6 +74,7 @@ struct TokenLaneActivations {
   const float* dx;      // [in / 16, kLaneTokens] the activation scale of each group
   const int32_t* gsum;  // [in / 16, kLaneTokens] sum of q over each group
   const float* xs;      // [in / 16, kLaneTokens] dx * gsum
+  int64_t tokens;       // lanes that hold a token (1 .. kLaneTokens): a kernel may skip the others
 };
 
 struct KernelTable {
@@ -100,7 +101,8 @@ struct KernelTable {
   // 2..16 tokens): q [rows, n], s and o [rows, n / 16] as unpack_row writes them, out [rows,
   // kLaneTokens]. The tokens sit in the lanes of one register: one broadcast weight quad multiplies
   // all of them, so a group's scale and zero point cost one vector operation for the whole batch.
-  // nullptr on instruction sets without it (AVX512-VNNI only).
+  // AVX512-VNNI (vpdpbusd, 16 lanes) and AVX2 (vpmaddubsw + vpmaddwd, two registers of 8 lanes;
+  // a second register without tokens is skipped); nullptr in the generic table.
   void (*dot_tokens)(const uint8_t* q, const float* s, const float* o, int rows, int zero, bool has_offset,
                      const TokenLaneActivations& x, int64_t n, float* out);
   // dot_tokens straight from up to kStoredTokenRows stored rows of a type has_stored_token_dot()
@@ -112,8 +114,8 @@ struct KernelTable {
                             int64_t n, float* out);
   // One row of n values (a multiple of 32) as Q8_0 activation blocks: q [n], and per group of 16
   // dx (the block's scale), gsum (the sum of its quants) and xs = dx * gsum, [n / 16] each; bit for
-  // bit QuantizedInput::quantize's plain loop (block 32). nullptr on instruction sets without it
-  // (AVX512-VNNI only): that loop runs instead.
+  // bit QuantizedInput::quantize's plain loop (block 32). AVX2 and AVX-512; nullptr in the generic
+  // table: that loop runs instead.
   void (*quantize_q8_0)(const float* x, int64_t n, int8_t* q, float* dx, int32_t* gsum, float* xs);
   // Attention for one query over `count` positions whose K or V rows (D floats each) are at
   // rows[p]: scores[p] = scale * (q . rows[p]); out[d] = sum_p weights[p] * rows[p][d]. Every table
@@ -141,8 +143,9 @@ inline bool has_fused_dot(DType type) { return dtype_is_quantized(type); }
 // The instructions behind the products, for journey bench's ceilings.
 enum class PeakKind { F32Fma, Int8Dot, Bf16Dot, AmxBf16 };
 // Operations (2 per multiply-add) one thread does per second in a register-resident loop of the
-// instruction (f32 FMA of the best Isa, AVX512-VNNI vpdpbusd, AVX512-BF16 vdpbf16ps, AMX-BF16
-// tdpbf16ps on tiles), measured for about `seconds`; 0 when the CPU lacks it.
+// instruction (f32 FMA of the best Isa, the int8 dot of the best Isa — AVX512-VNNI vpdpbusd, AVX2
+// vpmaddubsw + vpmaddwd —, AVX512-BF16 vdpbf16ps, AMX-BF16 tdpbf16ps on tiles), measured for about
+// `seconds`; 0 when the CPU lacks it.
 double peak_rate(PeakKind kind, double seconds = 0.2);
 
 // ---- AVX512-BF16 (only when has_bf16_dot()) ---------------------------------------------------

@@ -45,9 +45,9 @@ std::string describe(int64_t M, int64_t K, int64_t N, DType type) {
 void check_arguments(int64_t M, int64_t K, int64_t N, DType type) {
   if (M < 1 || K < 1 || N < 1)
     fail("oneDNN matmul ", describe(M, K, N, type), ": every size must be at least 1");
-  if (type != DType::F32 && type != DType::BF16)
+  if (type != DType::F32 && type != DType::BF16 && type != DType::U8)
     fail("oneDNN matmul ", describe(M, K, N, type), ": type ", dtype_name(type),
-         " is not supported (f32, or bf16 for both x and the weight)");
+         " is not supported (f32, bf16 for both x and the weight, or u8: x u8 and the weight s8)");
 }
 
 #ifdef JOURNEY_HAVE_ONEDNN
@@ -72,12 +72,14 @@ class OpenMpThreads {
 class Matmul {
  public:
   Matmul(int64_t M, int64_t K, int64_t N, DType type, WeightLayout layout = WeightLayout::AsStored) {
-    const auto input = type == DType::BF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+    using dt = dnnl::memory::data_type;
+    const dt input = type == DType::BF16 ? dt::bf16 : type == DType::U8 ? dt::u8 : dt::f32;
+    const dt weights = type == DType::U8 ? dt::s8 : input;  // oneDNN's int8 form: u8 x s8, s32 sums
     x_desc_ = dnnl::memory::desc({M, K}, input, {K, 1});                            // x      [M, K] row-major
-    stored_weight_desc_ = dnnl::memory::desc({K, N}, input, {1, K});                // weight [N, K] read as [K, N]
-    y_desc_ = dnnl::memory::desc({M, N}, dnnl::memory::data_type::f32, {N, 1});     // y      [M, N] row-major
+    stored_weight_desc_ = dnnl::memory::desc({K, N}, weights, {1, K});              // weight [N, K] read as [K, N]
+    y_desc_ = dnnl::memory::desc({M, N}, dt::f32, {N, 1});                          // y      [M, N] row-major
     const dnnl::memory::desc weight_desc = layout == WeightLayout::Prepacked
-                                               ? dnnl::memory::desc({K, N}, input, dnnl::memory::format_tag::any)
+                                               ? dnnl::memory::desc({K, N}, weights, dnnl::memory::format_tag::any)
                                                : stored_weight_desc_;
     descriptor_ = dnnl::matmul::primitive_desc(dnnl::matmul::desc(x_desc_, weight_desc, y_desc_), engine_);
     primitive_ = dnnl::matmul(descriptor_);
@@ -111,11 +113,16 @@ class Matmul {
   dnnl::matmul primitive_;
 };
 
-// `count` values uniform in [-1, 1), stored as `type` (f32, or bf16 rounded to nearest even).
+// `count` values uniform in [-1, 1), stored as `type` (f32, or bf16 rounded to nearest even); for
+// U8 (the int8 form) random bytes, read as u8 (x) or s8 (the weight).
 std::vector<uint8_t> random_values(DType type, int64_t count, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<uint8_t> bytes(size_t(dtype_bytes_for(type, count)));
+  if (type == DType::U8) {
+    for (uint8_t& b : bytes) b = uint8_t(rng());
+    return bytes;
+  }
   for (int64_t i = 0; i < count; ++i) {
     const float value = uniform(rng);
     if (type == DType::BF16) {
@@ -131,6 +138,20 @@ std::vector<uint8_t> random_values(DType type, int64_t count, uint32_t seed) {
 #endif
 
 }  // namespace
+
+bool supports(DType type) {
+  if (type != DType::F32 && type != DType::BF16 && type != DType::U8) return false;
+#ifdef JOURNEY_HAVE_ONEDNN
+  try {
+    Matmul product(16, 64, 16, type);
+    return true;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+#else
+  return false;
+#endif
+}
 
 void matmul(float* y, const void* x, const void* weight, int64_t M, int64_t K, int64_t N, DType type, int threads) {
   check_arguments(M, K, N, type);

@@ -19,12 +19,18 @@ namespace journey::cpu::onednn {
 
 // Whether journey was built with oneDNN (compile definition JOURNEY_HAVE_ONEDNN).
 bool available();
+// Whether oneDNN multiplies `type` (as matmul() takes it) on this CPU: built with oneDNN and a
+// primitive can be made. oneDNN 2.6 has no bf16 matmul below AVX-512 (an AMD Zen 3 refuses it:
+// "could not create a primitive descriptor iterator"); f32 and the int8 form run everywhere.
+bool supports(DType type);
 
 // y = x · weightᵀ, the product of a linear layer over M tokens:
 //   y       [M, N] f32
 //   x       [M, K] of `type`
 //   weight  [N, K] of `type`, row-major as journey stores weights (one row per output)
-// type F32 (x and weight float) or BF16 (x and weight bf16 as uint16_t; products and sums in f32).
+// type F32 (x and weight float), BF16 (x and weight bf16 as uint16_t; products and sums in f32) or
+// U8, oneDNN's int8 form (x uint8_t, the weight int8_t; exact int32 sums, written as f32): the
+// instructions of journey's integer prefill (AVX2 vpmaddubsw, AVX512-VNNI vpdpbusd).
 // `threads`: OpenMP threads for this call (0 = every core, core/threads.h). Fails with a
 // journey::Error for any other type, a non-positive size, or when built without oneDNN.
 void matmul(float* y, const void* x, const void* weight, int64_t M, int64_t K, int64_t N, DType type, int threads);

@@ -95,19 +95,28 @@ void QuantizedInput::size_for(int64_t T, int64_t in_) {
   gsum.resize(size_t(T * groups));
 }
 
-void QuantizedInput::quantize(const float* x, int64_t T, int64_t in_, int64_t block) {
+namespace {
+// Rows of a QuantizedInput are independent: a prefill's (128 tokens x up to 5632 values) are shared
+// by the threads, a decode step's few are quantized on the calling thread (a parallel region costs
+// about what it would save).
+bool quantize_in_parallel(int threads, int64_t T, int64_t in) { return threads > 1 && T > 1 && T * in >= 65536; }
+}  // namespace
+
+void QuantizedInput::quantize(const float* x, int64_t T, int64_t in_, int64_t block, int threads) {
   const kernels::KernelTable& k = kernels::table(kernels::best_isa());
-  if (block != 32 || !k.quantize_q8_0) return quantize_portable(x, T, in_, block);
+  if (block != 32 || !k.quantize_q8_0) return quantize_portable(x, T, in_, block, threads);
   size_for(T, in_);
   const int64_t groups = in / kernels::kGroup;
+#pragma omp parallel for num_threads(threads) schedule(static) if (quantize_in_parallel(threads, T, in))
   for (int64_t t = 0; t < T; ++t)
     k.quantize_q8_0(x + t * in, in, q.data() + t * in, dx.data() + t * groups, gsum.data() + t * groups,
                     xs.data() + t * groups);
 }
 
-void QuantizedInput::quantize_portable(const float* x, int64_t T, int64_t in_, int64_t block) {
+void QuantizedInput::quantize_portable(const float* x, int64_t T, int64_t in_, int64_t block, int threads) {
   size_for(T, in_);
   const int64_t groups = in / kernels::kGroup;
+#pragma omp parallel for num_threads(threads) schedule(static) if (quantize_in_parallel(threads, T, in))
   for (int64_t t = 0; t < T; ++t) {
     const float* row = x + t * in;
     int8_t* qr = q.data() + t * in;
@@ -141,22 +150,30 @@ void QuantizedInput::quantize_portable(const float* x, int64_t T, int64_t in_, i
   }
 }
 
-void QuantizedInput::lay_out_token_lanes(int64_t T) {
+void QuantizedInput::lay_out_token_lanes(int64_t T, int threads) {
   constexpr int64_t L = kernels::kLaneTokens;
-  const int64_t groups = in / kernels::kGroup;
-  lane_q.assign(size_t(groups * 4 * L * 4), 0);
-  lane_dx.assign(size_t(groups * L), 0.0f);
-  lane_xs.assign(size_t(groups * L), 0.0f);
-  lane_gsum.assign(size_t(groups * L), 0);
-  // quad k of group g of token t (4 bytes) goes to lane t of row (g, k): whole quads, not bytes
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t k = 0; k < 4; ++k)
-      for (int64_t t = 0; t < T; ++t)
-        std::memcpy(&lane_q[size_t(((g * 4 + k) * L + t) * 4)], &q[size_t(t * in + g * kernels::kGroup + 4 * k)], 4);
-    for (int64_t t = 0; t < T; ++t) {
-      lane_dx[size_t(g * L + t)] = dx[size_t(t * groups + g)];
-      lane_xs[size_t(g * L + t)] = xs[size_t(t * groups + g)];
-      lane_gsum[size_t(g * L + t)] = gsum[size_t(t * groups + g)];
+  const int64_t groups = in / kernels::kGroup, chunks = (T + L - 1) / L;
+  lane_tokens = T;
+  lane_q.assign(size_t(chunks * groups * 4 * L * 4), 0);
+  lane_dx.assign(size_t(chunks * groups * L), 0.0f);
+  lane_xs.assign(size_t(chunks * groups * L), 0.0f);
+  lane_gsum.assign(size_t(chunks * groups * L), 0);
+  // quad k of group g of token t (4 bytes) goes to lane t % L of row (g, k) of chunk t / L: whole
+  // quads, not bytes
+#pragma omp parallel for num_threads(threads) schedule(static) if (quantize_in_parallel(threads, T, in))
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t first = c * L, here = std::min(L, T - first);
+    int8_t* chunk_q = lane_q.data() + c * groups * 4 * L * 4;
+    const int64_t lanes = c * groups * L;
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int64_t k = 0; k < 4; ++k)
+        for (int64_t t = 0; t < here; ++t)
+          std::memcpy(chunk_q + ((g * 4 + k) * L + t) * 4, &q[size_t((first + t) * in + g * kernels::kGroup + 4 * k)], 4);
+      for (int64_t t = 0; t < here; ++t) {
+        lane_dx[size_t(lanes + g * L + t)] = dx[size_t((first + t) * groups + g)];
+        lane_xs[size_t(lanes + g * L + t)] = xs[size_t((first + t) * groups + g)];
+        lane_gsum[size_t(lanes + g * L + t)] = gsum[size_t((first + t) * groups + g)];
+      }
     }
   }
 }
@@ -166,6 +183,7 @@ PrefillPath prefill_path_of(DType type, int64_t in) {
   // F16 only on the tiles, split into bf16 + remainder (exact); vdpbf16ps would round it
   if ((rounded || type == DType::F16) && kernels::has_amx() && in % 32 == 0) return PrefillPath::AmxTiles;
   if (rounded && kernels::has_bf16_dot()) return PrefillPath::Bf16Dot;
+  if (dtype_is_quantized(type) && kernels::table(kernels::best_isa()).dot_tokens) return PrefillPath::Int8Lanes;
   return PrefillPath::F32;
 }
 
@@ -192,22 +210,24 @@ PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<co
     const DType type = target.weight.type;
     if (!dtype_is_quantized(type) && type != DType::F32 && type != DType::F16 && type != DType::BF16)
       fail("linear: weights of type ", dtype_name(type), " cannot be multiplied (expected f32, f16, bf16 or a block type)");
-    if (T > kSmallBatchTokens) {
-      const PrefillPath path = prefill_path_of(type, in);
-      bf16 = bf16 || path == PrefillPath::Bf16Dot;
-      amx_ = amx_ || path == PrefillPath::AmxTiles;
-    } else if (dtype_is_quantized(type)) {
+    const PrefillPath path = T > kSmallBatchTokens ? prefill_path_of(type, in) : PrefillPath::F32;
+    bf16 = bf16 || path == PrefillPath::Bf16Dot;
+    amx_ = amx_ || path == PrefillPath::AmxTiles;
+    if (path == PrefillPath::Int8Lanes) lane_prefill_ = true;
+    if ((T <= kSmallBatchTokens || path == PrefillPath::Int8Lanes) && dtype_is_quantized(type)) {
       if (activation_block(type) == 32) q8_0 = true;
       else q8_k = true;
     }
   }
-  if (q8_0) b_->q8_0.quantize(x, T, in, 32);
-  if (q8_k) b_->q8_k.quantize(x, T, in, 256);
-  // Batched decode: the tokens side by side for dot_tokens (where the CPU has it).
-  token_lanes_ = T >= kMinLaneTokens && T <= kSmallBatchTokens && kernels::table(kernels::best_isa()).dot_tokens;
+  if (q8_0) b_->q8_0.quantize(x, T, in, 32, threads);
+  if (q8_k) b_->q8_k.quantize(x, T, in, 256, threads);
+  // Batched decode and the integer prefill: the tokens side by side for dot_tokens (where the CPU
+  // has it).
+  token_lanes_ = lane_prefill_ || (T >= kMinLaneTokens && T <= kSmallBatchTokens &&
+                                   kernels::table(kernels::best_isa()).dot_tokens);
   if (token_lanes_) {
-    if (q8_0) b_->q8_0.lay_out_token_lanes(T);
-    if (q8_k) b_->q8_k.lay_out_token_lanes(T);
+    if (q8_0) b_->q8_0.lay_out_token_lanes(T, threads);
+    if (q8_k) b_->q8_k.lay_out_token_lanes(T, threads);
   }
   if (bf16) {
     b_->bf16.resize(size_t(T * in));
@@ -257,7 +277,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   ensure(s.s, size_t(groups));
   ensure(s.o, size_t(groups));
   const int zero = kernels::unpacked_zero(type);
-  if (prefill) {  // no AVX512-BF16: chunks of rows dequantized to f32, then the f32 tile kernel
+  if (prefill && path == PrefillPath::F32) {  // no integer kernels: rows dequantized to f32, the f32 tile kernel
     ensure(s.rows, size_t(kFallbackRows * in));
     for (int64_t r0 = begin; r0 < end; r0 += kFallbackRows) {
       const int64_t n = std::min(kFallbackRows, end - r0);
@@ -298,18 +318,20 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     }
     return;
   }
-  if (token_lanes_) {  // batched decode: all tokens in the lanes of one register
-    // Q8_0 and Q4_0 straight from the stored rows; the other types unpack a tile of rows first
-    const bool stored = k.dot_tokens_stored && kernels::has_stored_token_dot(type);
+  if (token_lanes_) {  // batched decode and integer prefill: up to 16 tokens in the lanes of a register
+    // Q8_0 and Q4_0 straight from the stored rows where the CPU has that kernel; the other types,
+    // and every type in prefill, unpack a tile of rows first (prefill multiplies each unpacked tile
+    // with every chunk of 16 tokens)
+    const bool stored = !prefill && k.dot_tokens_stored && kernels::has_stored_token_dot(type);
     const int R = stored ? kernels::kStoredTokenRows : kernels::kTokenRows;
     if (!stored) {
       ensure(s.q, size_t(R * in));
       ensure(s.s, size_t(R * groups));
       ensure(s.o, size_t(R * groups));
     }
-    const kernels::TokenLaneActivations lanes = qx.token_lanes();
     constexpr int kMaxRows = std::max(kernels::kStoredTokenRows, kernels::kTokenRows);
-    float tile_out[kMaxRows * kernels::kLaneTokens];  // [rows, kLaneTokens]
+    constexpr int64_t L = kernels::kLaneTokens;
+    float tile_out[kMaxRows * L];  // [rows, kLaneTokens]
     for (int64_t r0 = begin; r0 < end; r0 += R) {
       const int rows = int(std::min<int64_t>(R, end - r0));
       if (!stored)
@@ -324,13 +346,16 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
         const size_t next_bytes = size_t(std::min<int64_t>(R, end - r0 - R)) * row_bytes;
         for (size_t b = 0; b < next_bytes; b += 64) __builtin_prefetch(next + b, 0, 3);
       }
-      if (stored)
-        k.dot_tokens_stored(type, weight + r0 * row_bytes, row_bytes, rows, lanes, in, tile_out);
-      else
-        k.dot_tokens(s.q.data(), s.s.data(), s.o.data(), rows, zero, has_offset, lanes, in, tile_out);
-      for (int r = 0; r < rows; ++r) {
-        const float bias = target.bias ? target.bias[r0 + r] : 0.0f;
-        for (int64_t t = 0; t < T; ++t) target.y[t * out + r0 + r] = bias + tile_out[r * kernels::kLaneTokens + t];
+      for (int64_t c = 0; c < qx.lane_chunks(); ++c) {
+        const kernels::TokenLaneActivations lanes = qx.token_lanes(c);
+        if (stored)
+          k.dot_tokens_stored(type, weight + r0 * row_bytes, row_bytes, rows, lanes, in, tile_out);
+        else
+          k.dot_tokens(s.q.data(), s.s.data(), s.o.data(), rows, zero, has_offset, lanes, in, tile_out);
+        for (int r = 0; r < rows; ++r) {
+          const float bias = target.bias ? target.bias[r0 + r] : 0.0f;
+          for (int64_t t = 0; t < lanes.tokens; ++t) target.y[(c * L + t) * out + r0 + r] = bias + tile_out[r * L + t];
+        }
       }
     }
     return;

@@ -10,15 +10,17 @@
 //   bf16          as f16, bf16 widened in registers        AMX tiles (tdpbf16ps) where the CPU has
 //                                                          them, else vdpbf16ps (AVX512-BF16); x
 //                                                          rounded to bf16
-//   block types   x -> Q8_0 / Q8_K, integer dots           the same on panels dequantized to bf16
-//                 (vpdpbusd on AVX512-VNNI; 6..16 tokens:   (without AVX512-BF16: panels in f32)
-//                 all in register lanes, Q8_0 and Q4_0
-//                 read as stored, the others unpacked)
+//   block types   x -> Q8_0 / Q8_K, integer dots           the same on panels dequantized to bf16;
+//                 (vpdpbusd on AVX512-VNNI, vpmaddubsw on   without AVX512-BF16 the token lanes of
+//                 AVX2; from a few tokens: all in register  batched decode, 16 tokens at a time
+//                 lanes, on AVX512-VNNI Q8_0 and Q4_0 read  (without AVX2: panels in f32)
+//                 as stored, the others unpacked)
 //
 // f16 and bf16 up to 16 tokens (and f16 without AMX) are exact products of the stored weights
 // (f32 sums); the other paths round the activations (to 8 bits per block, or to bf16): the op test's tolerance per type
 // says by how much (tests/backends/op_check.cpp).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -36,9 +38,11 @@ inline constexpr int64_t kSmallBatchTokens = 16;
 
 // How prefill multiplies weights of `type` with rows of `in` values on this CPU (the table's last
 // column): on AMX tiles (bf16, f16 and the block types, rows a multiple of 32), with AVX512-BF16 dot
-// products (bf16 and the block types), or in f32 (f32 weights, and whatever the CPU has neither
-// for). The two bf16 paths round x to bf16.
-enum class PrefillPath { F32, Bf16Dot, AmxTiles };
+// products (bf16 and the block types), block types without either through the integer token-lane
+// kernel of batched decode, 16 tokens at a time (AVX2 and AVX512-VNNI: x quantized to 8 bits as
+// for decode), or in f32 (f32 weights, f16/bf16 without the bf16 instructions, and block types on a
+// CPU without AVX2). The two bf16 paths round x to bf16.
+enum class PrefillPath { F32, Bf16Dot, AmxTiles, Int8Lanes };
 PrefillPath prefill_path_of(DType type, int64_t in);
 
 // x quantized to 8 bits per block, row by row: llama.cpp's Q8_0 (scale per 32: d = max|x| / 127)
@@ -49,20 +53,27 @@ struct QuantizedInput {
   std::vector<int8_t> q;        // [T, in]
   std::vector<float> dx, xs;    // [T, in / 16] scale of each group; scale * sum of the group's quants
   std::vector<int32_t> gsum;    // [T, in / 16] sum of the group's quants
-  void quantize(const float* x, int64_t T, int64_t in, int64_t block);  // block: 32 (Q8_0) or 256 (Q8_K)
+  // block: 32 (Q8_0) or 256 (Q8_K); `threads` share the rows of a prefill-sized x
+  void quantize(const float* x, int64_t T, int64_t in, int64_t block, int threads = 1);
   // The same in plain loops (what quantize runs where the CPU has no kernels::quantize_q8_0, and
   // for Q8_K everywhere): the kernel is tested bit for bit against it.
-  void quantize_portable(const float* x, int64_t T, int64_t in, int64_t block);
+  void quantize_portable(const float* x, int64_t T, int64_t in, int64_t block, int threads = 1);
   void size_for(int64_t T, int64_t in);  // in, and q, dx, xs, gsum sized for T rows of `in`
 
-  // The same T <= kLaneTokens rows with the tokens side by side (kernels::TokenLaneActivations),
-  // for the batched-decode kernel dot_tokens; tokens T .. kLaneTokens - 1 are zero.
-  std::vector<int8_t> lane_q;                 // [in / 16, 4, kLaneTokens, 4]
-  std::vector<float> lane_dx, lane_xs;        // [in / 16, kLaneTokens]
-  std::vector<int32_t> lane_gsum;             // [in / 16, kLaneTokens]
-  void lay_out_token_lanes(int64_t T);        // after quantize
-  kernels::TokenLaneActivations token_lanes() const {
-    return {lane_q.data(), lane_dx.data(), lane_gsum.data(), lane_xs.data()};
+  // The same T rows with the tokens side by side (kernels::TokenLaneActivations), in chunks of
+  // kLaneTokens tokens, for the token-lane kernel dot_tokens (batched decode: one chunk; prefill
+  // without AMX or AVX512-BF16: T / 16 of them); the lanes past token T are zero.
+  std::vector<int8_t> lane_q;                 // [chunks, in / 16, 4, kLaneTokens, 4]
+  std::vector<float> lane_dx, lane_xs;        // [chunks, in / 16, kLaneTokens]
+  std::vector<int32_t> lane_gsum;             // [chunks, in / 16, kLaneTokens]
+  int64_t lane_tokens = 0;                    // T of the last lay_out_token_lanes
+  void lay_out_token_lanes(int64_t T, int threads = 1);  // after quantize
+  int64_t lane_chunks() const { return (lane_tokens + kernels::kLaneTokens - 1) / kernels::kLaneTokens; }
+  kernels::TokenLaneActivations token_lanes(int64_t chunk = 0) const {
+    const int64_t groups = in / kernels::kGroup, lanes = groups * kernels::kLaneTokens;
+    return {lane_q.data() + chunk * lanes * 16, lane_dx.data() + chunk * lanes, lane_gsum.data() + chunk * lanes,
+            lane_xs.data() + chunk * lanes,
+            std::min<int64_t>(kernels::kLaneTokens, lane_tokens - chunk * kernels::kLaneTokens)};
   }
 };
 
@@ -95,6 +106,7 @@ class PreparedInput {
   PreparedBuffers* b_;                    // this thread's buffers, or own_
   bool token_lanes_ = false;  // b_->q8_0 / q8_k also laid out for dot_tokens: run_block takes that path
   bool amx_ = false;          // a target's prefill path is PrefillPath::AmxTiles
+  bool lane_prefill_ = false; // a target's prefill path is PrefillPath::Int8Lanes
 };
 
 }  // namespace journey::cpu

@@ -102,4 +102,11 @@ TEST_CASE("bench: the prefill ceiling is a roofline — the longer of its GEMM t
   r.onednn_bf16_gflop_s = 0;
   r.amx_bf16_gflop_s = 0;             // no AMX measured: Eigen's rate, not a made-up one
   CHECK(r.prefill_gemm_gflop_s() == doctest::Approx(100));
+  r.prefill_path = "int8-lanes";      // the integer token lanes: oneDNN's int8 GEMM where measured
+  r.onednn_bf16_gflop_s = 1000;       // (not the bf16 one)
+  r.int8_dot_gop_s = 1200;
+  CHECK(r.prefill_gemm_gflop_s() == doctest::Approx(600));  // no oneDNN int8: the peak x Eigen / FMA
+  r.onednn_int8_gop_s = 400;
+  CHECK(r.prefill_gemm_gflop_s() == doctest::Approx(400));
+  CHECK(r.prefill_gemm_basis().find("oneDNN int8 matmul") == 0);
 }

@@ -29,7 +29,10 @@ std::vector<Isa> supported_isas() {
   std::vector<Isa> isas;
   for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
     if (cpu::kernels::supports(isa)) isas.push_back(isa);
-    else MESSAGE("this CPU lacks ", cpu::kernels::isa_name(isa), "; not tested");
+    else {
+      const std::string lacking = "this CPU lacks " + std::string(cpu::kernels::isa_name(isa)) + "; not tested";
+      MESSAGE(lacking);
+    }
   }
   return isas;
 }
@@ -154,9 +157,9 @@ TEST_CASE("kernels: dot_tokens (batched decode, tokens in register lanes) equals
   const int64_t n = 768;  // 3 super-blocks, 24 legacy blocks
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);
-    if (!k.dot_tokens) continue;  // AVX512-VNNI only; the other tables fall back to dot() per token
+    if (!k.dot_tokens) continue;  // AVX512-VNNI and AVX2; the generic table falls back to dot() per token
     for (DType type : kBlockTypes)
-      for (int64_t T : {2, 5, 16})
+      for (int64_t T : {2, 5, 8, 9, 16})
         for (int rows = 1; rows <= cpu::kernels::kTokenRows; ++rows) {
           CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type)); CAPTURE(T); CAPTURE(rows);
           const int64_t groups = n / cpu::kernels::kGroup;
@@ -191,6 +194,80 @@ TEST_CASE("kernels: dot_tokens (batched decode, tokens in register lanes) equals
               CHECK(std::abs(got[size_t(r * cpu::kernels::kLaneTokens + t)] - want) <= 1e-5 * magnitude);
             }
         }
+  }
+}
+
+TEST_CASE("kernels: dot_tokens stays exact at every type's largest quants against +-127 activations (no int16 overflow)") {
+  // AVX2 adds the int16 pair sums of vpmaddubsw before widening them: four quads for quants up to
+  // 31, two for Q6_K's up to 63, one for Q8_0 (as |q| x sign(x, q)). Every weight here is the
+  // type's largest (or, for Q8_0, -128 and 127) and every activation +-127 with the same sign per
+  // group, the largest sums there can be; one quad too many in an int16 sum overflows it.
+  const int64_t n = 512, groups = n / cpu::kernels::kGroup, T = 16;
+  for (Isa isa : supported_isas()) {
+    const auto& k = cpu::kernels::table(isa);
+    if (!k.dot_tokens) continue;
+    for (DType type : kBlockTypes) {
+      CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type));
+      const int zero = cpu::kernels::unpacked_zero(type);
+      const bool has_offset = cpu::kernels::unpacked_has_offset(type);
+      const int bits = type == DType::Q8_0 ? 8 : type == DType::Q6_K ? 6 : type == DType::Q2_K ? 2
+                       : type == DType::Q3_K ? 3 : (type == DType::Q5_0 || type == DType::Q5_1 || type == DType::Q5_K) ? 5 : 4;
+      const int rows = cpu::kernels::kTokenRows;
+      std::vector<uint8_t> q(size_t(rows * n));
+      std::vector<float> s(size_t(rows * groups), 1.0f / 64), o(size_t(rows * groups), has_offset ? 0.25f : 0.0f);
+      for (int r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < n; ++j)  // row 0: all the largest quant; row 1 (Q8_0): q = -128; others mixed
+          q[size_t(r * n + j)] = type == DType::Q8_0 ? uint8_t(r == 1 ? 0 : r == 2 && j % 3 ? 0 : 255)
+                                                     : uint8_t(r == 2 && j % 5 == 0 ? 0 : (1 << bits) - 1);
+      // activations quantized from values whose every block's extreme is +-127 of it
+      std::vector<float> x(size_t(T * n));
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < n; ++j)  // signs per group, mostly positive, so that the sums do not cancel
+          x[size_t(t * n + j)] = ((j / 16 * 7 + t) % 3 == 0 ? -1.0f : 1.0f) * (t % 3 ? 1.0f : 0.5f);
+      cpu::QuantizedInput qx;
+      qx.quantize_portable(x.data(), T, n, dtype_block_size(type) == 256 ? 256 : 32);
+      for (int8_t v : qx.q) REQUIRE(std::abs(int(v)) == 127);
+      qx.lay_out_token_lanes(T);
+      std::vector<float> got(size_t(rows * cpu::kernels::kLaneTokens), NAN);
+      k.dot_tokens(q.data(), s.data(), o.data(), rows, zero, has_offset, qx.token_lanes(), n, got.data());
+      for (int r = 0; r < rows; ++r)
+        for (int64_t t = 0; t < T; ++t) {
+          CAPTURE(r); CAPTURE(t);
+          double want = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            const int64_t g = j / 16;
+            const double w = double(s[size_t(r * groups + g)]) * (int(q[size_t(r * n + j)]) - zero) - o[size_t(r * groups + g)];
+            want += w * double(qx.dx[size_t(t * groups + g)]) * qx.q[size_t(t * n + j)];
+          }
+          CHECK(std::abs(got[size_t(r * cpu::kernels::kLaneTokens + t)] - want) <= 1e-5 * std::max(1.0, std::abs(want)) * 64);
+        }
+    }
+  }
+}
+
+TEST_CASE("kernels: the token lanes of a prefill, 16 tokens a chunk, hold each token's quants where dot_tokens reads them") {
+  const int64_t n = 256, groups = n / cpu::kernels::kGroup;
+  for (int64_t T : {17, 37, 48}) {
+    CAPTURE(T);
+    const auto x = scalar::random_vector(size_t(T * n), 80, 2.0f);
+    cpu::QuantizedInput qx;
+    qx.quantize(x.data(), T, n, 32);
+    qx.lay_out_token_lanes(T, 2);
+    REQUIRE(qx.lane_chunks() == (T + 15) / 16);
+    for (int64_t c = 0; c < qx.lane_chunks(); ++c) {
+      const cpu::kernels::TokenLaneActivations lanes = qx.token_lanes(c);
+      CHECK(lanes.tokens == std::min<int64_t>(16, T - 16 * c));
+      for (int64_t lane = 0; lane < cpu::kernels::kLaneTokens; ++lane) {
+        const int64_t t = 16 * c + lane;
+        for (int64_t g = 0; g < groups; ++g) {
+          CAPTURE(c); CAPTURE(lane); CAPTURE(g);
+          CHECK(lanes.dx[g * 16 + lane] == (t < T ? qx.dx[size_t(t * groups + g)] : 0.0f));
+          CHECK(lanes.gsum[g * 16 + lane] == (t < T ? qx.gsum[size_t(t * groups + g)] : 0));
+          for (int64_t j = 0; j < 16; ++j)  // quad j / 4 of the group, byte j % 4
+            CHECK(int(lanes.q[((g * 4 + j / 4) * 16 + lane) * 4 + j % 4]) == (t < T ? int(qx.q[size_t(t * n + g * 16 + j)]) : 0));
+        }
+      }
+    }
   }
 }
 
@@ -362,26 +439,46 @@ TEST_CASE("kernels: the bf16 prefill kernels (AVX512-BF16, AMX tiles) equal a do
 }
 
 TEST_CASE("kernels: the vectorized Q8_0 activation quantization equals the plain loop bit for bit, ties included") {
-  const auto& k = cpu::kernels::table(cpu::kernels::best_isa());
-  if (!k.quantize_q8_0) {
-    MESSAGE("no AVX512-VNNI here: activations are quantized by the plain loop only");
-    return;
-  }
   const int64_t T = 3, in = 320;  // 10 blocks per token
   std::vector<float> x = scalar::random_vector(size_t(T * in), 70, 3.0f);  // [T, in]
   // block 1 of token 0: every value an exact tie after scaling (max 127 -> d = 1, values k + 0.5 and -(k + 0.5))
   for (int j = 0; j < 32; ++j) x[size_t(32 + j)] = (j == 0 ? 127.0f : float(j % 20) + 0.5f) * (j % 2 ? -1.0f : 1.0f);
   for (int j = 0; j < 32; ++j) x[size_t(64 + j)] = 0.0f;  // block 2: all zero (d = 0)
   x[size_t(in + 5)] = 1e-30f;                              // token 1: a tiny value among normal ones
-  cpu::QuantizedInput fast, plain;
-  fast.quantize(x.data(), T, in, 32);
+  cpu::QuantizedInput plain;
   plain.quantize_portable(x.data(), T, in, 32);
-  CHECK(fast.q == plain.q);
-  CHECK(fast.gsum == plain.gsum);
-  CHECK(std::memcmp(fast.dx.data(), plain.dx.data(), plain.dx.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(fast.xs.data(), plain.xs.data(), plain.xs.size() * sizeof(float)) == 0);
   CHECK(plain.q[32 + 1] == -2);  // -1.5 rounds away from zero: the ties did reach the rounding
   CHECK(plain.q[32 + 2] == 3);   // 2.5 -> 3
+  int tested = 0;
+  for (Isa isa : supported_isas()) {
+    const auto& k = cpu::kernels::table(isa);
+    if (!k.quantize_q8_0) continue;  // the generic table: the plain loop itself
+    CAPTURE(cpu::kernels::isa_name(isa));
+    ++tested;
+    cpu::QuantizedInput fast;
+    fast.size_for(T, in);
+    const int64_t groups = in / cpu::kernels::kGroup;
+    for (int64_t t = 0; t < T; ++t)
+      k.quantize_q8_0(x.data() + t * in, in, fast.q.data() + t * in, fast.dx.data() + t * groups,
+                      fast.gsum.data() + t * groups, fast.xs.data() + t * groups);
+    CHECK(fast.q == plain.q);
+    CHECK(fast.gsum == plain.gsum);
+    CHECK(std::memcmp(fast.dx.data(), plain.dx.data(), plain.dx.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(fast.xs.data(), plain.xs.data(), plain.xs.size() * sizeof(float)) == 0);
+  }
+  if (tested == 0) MESSAGE("no AVX2 here: activations are quantized by the plain loop only");
+  // and through QuantizedInput, threads sharing the rows of a prefill-sized input
+  const int64_t big_T = 70, big_in = 1024;
+  const std::vector<float> big = scalar::random_vector(size_t(big_T * big_in), 71, 3.0f);
+  cpu::QuantizedInput shared, alone;
+  shared.quantize(big.data(), big_T, big_in, 32, 2);
+  alone.quantize_portable(big.data(), big_T, big_in, 32);
+  CHECK(shared.q == alone.q);
+  CHECK(shared.gsum == alone.gsum);
+  shared.quantize(big.data(), big_T, big_in, 256, 2);
+  alone.quantize_portable(big.data(), big_T, big_in, 256);
+  CHECK(shared.q == alone.q);
+  CHECK(std::memcmp(shared.dx.data(), alone.dx.data(), alone.dx.size() * sizeof(float)) == 0);
 }
 
 TEST_CASE("kernels: softmax_row and silu_mul equal double-precision exp within 4e-7; -inf weighs exactly 0; a value's bits do not depend on its place") {

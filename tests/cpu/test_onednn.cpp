@@ -1,6 +1,11 @@
 // oneDNN's matmul on journey's weight layout (cpu/onednn_matmul.h) against a double-precision loop
-// over the very values it was given (for bf16: the bf16-rounded ones), on shapes that are not
-// multiples of any kernel's tile: M 1/17/128 tokens, K 32/100/2048, N 13/256 outputs.
+// over the very values it was given (for bf16: the bf16-rounded ones; for the int8 form x 0..127
+// and the weight -128..127), on shapes that are not multiples of any kernel's tile: M 1/17/128
+// tokens, K 32/100/2048, N 13/256 outputs. (The int8 sums are exact in int32; written as f32 they
+// round once, far inside the bound. x stays below 128 because without VNNI oneDNN's int8 GEMM
+// multiplies by vpmaddubsw, whose pair sums saturate: with full-range u8 x it was off by up to 30 %
+// on the AMD Zen 3 VM, as oneDNN documents; journey's own AVX2 kernels keep their unsigned quants
+// at most 63 or multiply Q8_0 by sign, part 3c of kernels_impl.inc.)
 //
 // Tolerance, per element: 1e-5 x sum over k of |x[m,k] w[n,k]|. The products are exact in both
 // (bf16 x bf16 fits f32's 24-bit significand; the loop multiplies in double), so only oneDNN's f32
@@ -34,15 +39,29 @@ using namespace journey;
 
 namespace {
 
-// Values of `type` (f32 or bf16) as they are stored, and as the f32 they stand for.
+// Values of `type` (f32, bf16, or u8's int8 form) as they are stored, and as the f32 they stand for.
 struct StoredValues {
   std::vector<float> f32;      // the values themselves (for bf16: already rounded to bf16)
   std::vector<uint16_t> bf16;  // their bf16 bits (bf16 only)
-  const void* data(DType type) const { return type == DType::BF16 ? static_cast<const void*>(bf16.data()) : f32.data(); }
+  std::vector<uint8_t> bytes;  // u8: x's unsigned bytes, or the weight's signed ones
+  const void* data(DType type) const {
+    return type == DType::BF16 ? static_cast<const void*>(bf16.data())
+           : type == DType::U8 ? static_cast<const void*>(bytes.data())
+                               : f32.data();
+  }
 };
 
-StoredValues random_stored(DType type, size_t count, uint32_t seed) {
-  StoredValues v{scalar::random_vector(count, seed), {}};
+// `weight`: for u8, the signed bytes of the weight (else x's unsigned ones).
+StoredValues random_stored(DType type, size_t count, uint32_t seed, bool weight = false) {
+  StoredValues v{scalar::random_vector(count, seed), {}, {}};
+  if (type == DType::U8) {  // x 0..127, the weight -128..127, the extremes included
+    v.bytes.resize(count);
+    for (size_t i = 0; i < count; ++i) {
+      v.bytes[i] = uint8_t((i * 2654435761u + seed) >> 7);
+      if (!weight) v.bytes[i] &= 0x7F;
+      v.f32[i] = weight ? float(int8_t(v.bytes[i])) : float(v.bytes[i]);
+    }
+  }
   if (type == DType::BF16) {
     v.bf16.resize(count);
     for (size_t i = 0; i < count; ++i) {
@@ -82,7 +101,7 @@ Worst compare_with_loop(const std::vector<float>& y, const std::vector<float>& x
 // oneDNN's product of random x [M, K] and weight [N, K] on `threads` threads, checked by the loop.
 void check_shape(DType type, int64_t M, int64_t K, int64_t N, int threads) {
   const StoredValues x = random_stored(type, size_t(M * K), uint32_t(7 * M + K));       // [M, K]
-  const StoredValues weight = random_stored(type, size_t(N * K), uint32_t(11 * N + K));  // [N, K]
+  const StoredValues weight = random_stored(type, size_t(N * K), uint32_t(11 * N + K), true);  // [N, K]
   std::vector<float> y(size_t(M * N), std::nanf(""));                                   // [M, N]
   cpu::onednn::matmul(y.data(), x.data(type), weight.data(type), M, K, N, type, threads);
   const Worst w = compare_with_loop(y, x.f32, weight.f32, M, K, N);
@@ -94,8 +113,24 @@ void check_shape(DType type, int64_t M, int64_t K, int64_t N, int threads) {
 
 }  // namespace
 
-TEST_CASE("oneDNN matmul: y = x weight^T matches a double-precision loop, f32 and bf16, odd shapes") {
-  for (DType type : {DType::F32, DType::BF16})
+// bf16 needs AVX-512 in oneDNN 2.6; where this CPU lacks it the cases say so and test the rest.
+bool runs_here(DType type) {
+  if (cpu::onednn::supports(type)) return true;
+  const std::string why = std::string("oneDNN has no ") + std::string(dtype_name(type)) +
+                          " matmul on this CPU (bf16 needs AVX-512 in oneDNN 2.6): not tested here";
+  MESSAGE(why);
+  return false;
+}
+
+TEST_CASE("oneDNN matmul: f32 and the int8 form run on every x86-64 CPU journey targets") {
+  CHECK(cpu::onednn::supports(DType::F32));
+  CHECK(cpu::onednn::supports(DType::U8));
+  CHECK(!cpu::onednn::supports(DType::Q8_0));
+}
+
+TEST_CASE("oneDNN matmul: y = x weight^T matches a double-precision loop, f32, bf16 and u8 x s8, odd shapes") {
+  for (DType type : {DType::F32, DType::BF16, DType::U8})
+    if (runs_here(type))
     for (int64_t M : {1, 17, 128})
       for (int64_t K : {32, 100, 2048})
         for (int64_t N : {13, 256}) check_shape(type, M, K, N, 2);
@@ -106,7 +141,8 @@ TEST_CASE("oneDNN matmul: one thread gives a correct result too, and the caller'
   const int before = omp_get_max_threads();
   omp_set_num_threads(3);
 #endif
-  check_shape(DType::BF16, 17, 100, 13, 1);
+  if (runs_here(DType::BF16)) check_shape(DType::BF16, 17, 100, 13, 1);
+  check_shape(DType::U8, 17, 100, 13, 1);
   check_shape(DType::F32, 128, 2048, 256, 1);
 #ifdef _OPENMP
   CHECK(omp_get_max_threads() == 3);
@@ -136,8 +172,9 @@ TEST_CASE("oneDNN matmul: refuses other types and empty sizes with an error that
 
 TEST_CASE("oneDNN measure: a positive rate and the name of the kernel oneDNN picked") {
   using cpu::onednn::WeightLayout;
-  for (DType type : {DType::BF16, DType::F32})
+  for (DType type : {DType::BF16, DType::F32, DType::U8})
     for (WeightLayout layout : {WeightLayout::AsStored, WeightLayout::Prepacked}) {
+      if (!runs_here(type)) continue;
       const cpu::onednn::MatmulRate rate = cpu::onednn::measure(2, 128, 2048, 256, type, 0.05, layout);
       MESSAGE("oneDNN ", dtype_name(type), " [128, 2048] x [256, 2048]^T, weight ",
               layout == WeightLayout::Prepacked ? "prepacked" : "as stored", ", 2 threads: ", rate.gflop_s,
