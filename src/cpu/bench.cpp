@@ -236,15 +236,17 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
     r.int8_dot_gop_s = peak_on_threads(cpu::kernels::PeakKind::Int8Dot, r.threads) / 1e9;
     r.amx_bf16_gflop_s = peak_on_threads(cpu::kernels::PeakKind::AmxBf16, r.threads) / 1e9;
     // oneDNN's GEMM on the prefill path's instructions, where it has them on this CPU (bf16 needs
-    // AVX-512 in oneDNN 2.6; without it the basis says so and the peak estimate stands in)
-    const bool int8 = r.prefill_path == "int8-lanes";
-    const DType onednn_type = int8 ? DType::U8 : DType::BF16;
-    if (r.prefill_path != "f32" && cpu::onednn::supports(onednn_type)) {
+    // AVX-512 in oneDNN 2.6; without it the basis says so and the estimate stands in)
+    const DType onednn_type = r.prefill_path == "int8-lanes" ? DType::U8
+                              : r.prefill_path == "f32"      ? DType::F32
+                                                             : DType::BF16;
+    r.onednn_type = std::string(dtype_name(onednn_type));
+    if (cpu::onednn::supports(onednn_type)) {
       const cpu::onednn::MatmulRate rate =
           cpu::onednn::measure(r.threads, options.prompt_tokens, c.hidden_size, c.intermediate_size, onednn_type, 0.3,
                                cpu::onednn::WeightLayout::Prepacked);
-      (int8 ? r.onednn_int8_gop_s : r.onednn_bf16_gflop_s) = rate.gflop_s;
-      (int8 ? r.onednn_int8_kernel : r.onednn_bf16_kernel) = rate.implementation;
+      r.onednn_gflop_s = rate.gflop_s;
+      r.onednn_kernel = rate.implementation;
     }
   }
   r.resident_peak = process_memory().resident_peak;
@@ -277,13 +279,12 @@ std::string prefill_path(const WeightStore& weights) {
 }
 
 std::string BenchResult::prefill_gemm_basis() const {
-  if (prefill_path == "f32") return "Eigen's f32 GEMM";
-  if (prefill_path == "int8-lanes")
-    return onednn_int8_gop_s > 0 ? "oneDNN int8 matmul " + onednn_int8_kernel + ", weight prepacked"
-                                 : "no oneDNN int8 matmul: int8 peak x Eigen GEMM / f32 FMA peak";
-  if (onednn_bf16_gflop_s > 0) return "oneDNN bf16 matmul " + onednn_bf16_kernel + ", weight prepacked";
-  return prefill_path == "amx-bf16" ? "no oneDNN: AMX peak x Eigen GEMM / f32 FMA peak"
-                                    : "no oneDNN bf16 matmul: bf16 peak x Eigen GEMM / f32 FMA peak";
+  const std::string type = onednn_type == "u8" ? "int8" : onednn_type;
+  if (onednn_gflop_s > 0) return "oneDNN " + type + " matmul " + onednn_kernel + ", weight prepacked";
+  const std::string why = cpu::onednn::available() ? "no oneDNN " + type + " matmul on this CPU" : "no oneDNN";
+  if (prefill_path == "f32") return "Eigen's f32 GEMM (" + why + ")";
+  const char* peak = prefill_path == "int8-lanes" ? "int8" : prefill_path == "amx-bf16" ? "AMX" : "bf16";
+  return why + ": " + peak + " peak x Eigen GEMM / f32 FMA peak";
 }
 
 std::string format_bench_table(const BenchResult& r) {
@@ -388,10 +389,9 @@ nlohmann::json bench_json(const BenchResult& r) {
           {"bf16_dot_gflop_s", r.bf16_dot_gflop_s},
           {"int8_dot_gop_s", r.int8_dot_gop_s},
           {"amx_bf16_gflop_s", r.amx_bf16_gflop_s},
-          {"onednn_bf16_gflop_s", r.onednn_bf16_gflop_s},
-          {"onednn_bf16_kernel", r.onednn_bf16_kernel},
-          {"onednn_int8_gop_s", r.onednn_int8_gop_s},
-          {"onednn_int8_kernel", r.onednn_int8_kernel},
+          {"onednn_gflop_s", r.onednn_gflop_s},
+          {"onednn_kernel", r.onednn_kernel},
+          {"onednn_type", r.onednn_type},
           {"prefill_gemm_basis", r.prefill_gemm_basis()},
           {"prefill_compute_seconds", r.prefill_compute_seconds()},
           {"prefill_memory_seconds", r.prefill_memory_seconds()},

@@ -59,26 +59,23 @@ struct BenchResult {
   // vpmaddubsw + vpmaddwd) (0 where the CPU lacks them); 2 operations per multiply-add.
   double f32_fma_gflop_s = 0, bf16_dot_gflop_s = 0, int8_dot_gop_s = 0;
   double amx_bf16_gflop_s = 0;        // AMX tdpbf16ps on tiles (0: no AMX, or capped)
-  // oneDNN's bf16 matmul of the prefill's shape (cpu/onednn_matmul.h, the weight prepacked in the
-  // layout it chooses: its kernel's own rate) and the kernel it chose; 0 / "not built" without oneDNN.
-  double onednn_bf16_gflop_s = 0;
-  std::string onednn_bf16_kernel;
-  // The same for the int8-lanes path: oneDNN's int8 matmul (u8 x s8, int32 sums) of the prefill's
-  // shape, weight prepacked; 0 / "not built" without oneDNN.
-  double onednn_int8_gop_s = 0;
-  std::string onednn_int8_kernel;
+  // oneDNN's matmul of the prefill's shape on the prefill path's instructions (cpu/onednn_matmul.h,
+  // the weight prepacked in the layout it chooses: its kernel's own rate): f32 for the f32 path, bf16
+  // for bf16 and amx-bf16, the int8 form (u8 x s8) for int8-lanes; the kernel it chose. 0 when
+  // built without oneDNN or where oneDNN lacks the type on this CPU (bf16 below AVX-512).
+  double onednn_gflop_s = 0;
+  std::string onednn_kernel, onednn_type;
   std::string prefill_path = "f32";   // BenchOptions::prefill_path
-  // The prefill's GEMM rate: Eigen's f32 GEMM for the f32 path. For the bf16 and amx-bf16 paths
-  // oneDNN's bf16 matmul, for int8-lanes its int8 matmul (a library's GEMM on the same
-  // instructions, measured now); without oneDNN (or where it lacks the type: bf16 below AVX-512)
-  // the instruction's peak scaled by how close Eigen's GEMM comes to the f32 FMA peak (what a GEMM
-  // achieves of its instruction's peak on this machine, applied to the faster instruction).
+  // The prefill's GEMM rate: oneDNN's matmul above (a library's GEMM on the same instructions,
+  // measured now). Without it, for the f32 path Eigen's f32 GEMM, for the others the instruction's
+  // peak scaled by how close Eigen's GEMM comes to the f32 FMA peak (what a GEMM achieves of its
+  // instruction's peak on this machine, applied to the faster instruction).
   double prefill_gemm_gflop_s() const {
+    if (onednn_gflop_s > 0) return onednn_gflop_s;
     if (prefill_path == "f32") return gemm_gflop_s;
-    const bool int8 = prefill_path == "int8-lanes";
-    const double onednn = int8 ? onednn_int8_gop_s : onednn_bf16_gflop_s;
-    if (onednn > 0) return onednn;
-    const double peak = int8 ? int8_dot_gop_s : prefill_path == "amx-bf16" ? amx_bf16_gflop_s : bf16_dot_gflop_s;
+    const double peak = prefill_path == "int8-lanes" ? int8_dot_gop_s
+                        : prefill_path == "amx-bf16" ? amx_bf16_gflop_s
+                                                     : bf16_dot_gflop_s;
     if (peak <= 0 || f32_fma_gflop_s <= 0) return gemm_gflop_s;
     return peak * gemm_gflop_s / f32_fma_gflop_s;
   }

@@ -128,6 +128,21 @@ struct KernelTable {
   // one polynomial (relative error ~1e-7), every element by the same code wherever it sits.
   void (*softmax_row)(float* x, int64_t n);
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);
+  // Prefill of f32 / f16 / bf16 weights (more than 16 tokens) as a GEMM micro-kernel: x packed once
+  // per product with the tokens in the vector lanes, a block of weight rows converted to f32 one
+  // slice of `in` at a time, an outer product of kMicroRows rows x panel_tokens tokens per input in
+  // registers. panel_tokens: the tokens of one packed block (two vectors: 16 on AVX2, 32 on
+  // AVX-512, 8 generic). pack_token_columns: x [T, in] as [blocks, in, panel_tokens], blocks
+  // [block_begin, block_end) (threads share them), zero past T. panel_rows: columns
+  // [row_begin, row_end) of y = x W^T (+ bias), W of `type` (f32, f16 or bf16) [out, in] row-major,
+  // `row_bytes` per row, with `scratch` of panel_rows_scratch_bytes(T) bytes per thread.
+  int64_t panel_tokens;
+  void (*pack_token_columns)(const float* x, int64_t T, int64_t in, float* packed, int64_t block_begin,
+                             int64_t block_end);
+  size_t (*panel_rows_scratch_bytes)(int64_t T);
+  void (*panel_rows)(DType type, float* y, const float* x_packed, const void* weight, size_t row_bytes,
+                     const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
+                     void* scratch);
 };
 
 const KernelTable& table(Isa isa);  // falls back to the best supported Isa

@@ -1,7 +1,6 @@
 // cpu::linear per weight type (the table in typed_linear.h).
 #include "cpu/typed_linear.h"
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -14,9 +13,6 @@ namespace journey::cpu {
 
 namespace {
 
-using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MatrixMap = Eigen::Map<RowMatrix>;
-using ConstMatrixMap = Eigen::Map<const RowMatrix>;
 
 // Per-thread scratch of the typed paths, kept across calls (OpenMP threads persist).
 struct Scratch {
@@ -25,6 +21,7 @@ struct Scratch {
   HugePageFloats rows;                 // [kFallbackRows, in] rows widened to f32 (no AVX512-BF16)
   std::vector<unsigned char> bf16;     // kernels::bf16_rows's panel
   std::vector<unsigned char> amx;      // kernels::amx_rows's panel and tiles
+  std::vector<unsigned char> panel;    // kernels::panel_rows's f32 panel and sums
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -57,10 +54,12 @@ inline int round_half_away(float v) {
 // Which activation blocks a block type multiplies with: llama.cpp's vec_dot_type.
 int64_t activation_block(DType type) { return dtype_block_size(type) == 256 ? 256 : 32; }
 
-// f32 weights, columns [begin, end): one token the rows as one stream (kernels' one_token_rows:
-// 1.1B decode 8.1 tok/s against 6.9 for Eigen's GEMV, 2-core Xeon VM, 2026-12-01; the 4-row tile
-// kernel had been slower than Eigen, 6.5 against 7.2); 2 to 16 tokens the tile kernel of gemm.h
-// (~15% faster than Eigen at 16 tokens); more than 16 Eigen (~8% faster at 32 tokens).
+// f32 weights, columns [begin, end), up to kSmallBatchTokens tokens (prefill takes the f32 panels
+// of run_block, which replaced Eigen's GEMM there: 1.1B f32 prefill 33.3 -> 53.2 tok/s on the AMD
+// Zen 3 VM): one token the rows as one stream (kernels' one_token_rows: 1.1B decode 8.1 tok/s
+// against 6.9 for Eigen's GEMV, 2-core Xeon VM, 2026-12-01; the 4-row tile kernel had been slower
+// than Eigen, 6.5 against 7.2); 2 to 16 tokens the tile kernel of gemm.h (~15% faster than Eigen at
+// 16 tokens).
 void f32_block(const LinearTarget& target, const float* x, int64_t T, int64_t in, int64_t begin, int64_t end) {
   const float* weight = static_cast<const float*>(target.weight.data);
   const int64_t out = target.out;
@@ -68,20 +67,7 @@ void f32_block(const LinearTarget& target, const float* x, int64_t T, int64_t in
     kernels::table(kernels::best_isa()).float_rows(DType::F32, target.y, x, weight, target.bias, T, in, out, begin, end);
     return;
   }
-  if (T <= kSmallBatchTokens) {
-    gemm::linear_rows(gemm::best_isa(), target.y, x, weight, target.bias, T, in, out, begin, end);
-    return;
-  }
-  ConstMatrixMap X(x, T, in);          // [T, in]
-  ConstMatrixMap W(weight, out, in);   // [out, in]
-  MatrixMap Y(target.y, T, out);       // [T, out]
-  // Eigen packs the weight block fastest as the right-hand side of a product with a column-major
-  // result (measured ~15% faster than writing the row-major Y directly). Inside a parallel region
-  // Eigen runs serially.
-  Eigen::MatrixXf block = X * W.middleRows(begin, end - begin).transpose();  // [T, end - begin] column-major
-  Y.middleCols(begin, end - begin) = block;
-  if (target.bias)
-    Y.middleCols(begin, end - begin).rowwise() += Eigen::Map<const Eigen::RowVectorXf>(target.bias + begin, end - begin);
+  gemm::linear_rows(gemm::best_isa(), target.y, x, weight, target.bias, T, in, out, begin, end);
 }
 
 }  // namespace
@@ -214,6 +200,7 @@ PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<co
     bf16 = bf16 || path == PrefillPath::Bf16Dot;
     amx_ = amx_ || path == PrefillPath::AmxTiles;
     if (path == PrefillPath::Int8Lanes) lane_prefill_ = true;
+    if (path == PrefillPath::F32 && T > kSmallBatchTokens && !dtype_is_quantized(type)) panels_ = true;
     if ((T <= kSmallBatchTokens || path == PrefillPath::Int8Lanes) && dtype_is_quantized(type)) {
       if (activation_block(type) == 32) q8_0 = true;
       else q8_k = true;
@@ -233,6 +220,16 @@ PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<co
     b_->bf16.resize(size_t(T * in));
     kernels::to_bf16(x, b_->bf16.data(), T * in);
   }
+  // f32 panels: x with the tokens in the lanes (every thread and target shares it), the blocks of
+  // tokens split over the threads
+  if (panels_) {
+    const kernels::KernelTable& k = kernels::table(kernels::best_isa());
+    const int64_t blocks = (T + k.panel_tokens - 1) / k.panel_tokens;
+    b_->token_columns.resize(size_t(blocks * in * k.panel_tokens));
+    float* packed = b_->token_columns.data();
+#pragma omp parallel for num_threads(int(std::min<int64_t>(threads, blocks))) schedule(static) if (threads > 1)
+    for (int64_t b = 0; b < blocks; ++b) k.pack_token_columns(x, T, in, packed, b, b + 1);
+  }
   // AMX: x rounded to bf16 straight into the tile layout tdpbf16ps reads (every thread and target
   // shares it), the tiles of 16 tokens split over the threads
   if (amx_) {
@@ -249,11 +246,18 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   const DType type = target.weight.type;
   const int64_t T = T_, in = in_, out = target.out;
   const kernels::KernelTable& k = kernels::table(kernels::best_isa());
-  if (type == DType::F32) return f32_block(target, x_, T, in, begin, end);
   const bool prefill = T > kSmallBatchTokens;
   const PrefillPath path = prefill ? prefill_path_of(type, in) : PrefillPath::F32;
   const size_t row_bytes = size_t(dtype_bytes_for(type, in));
   const char* weight = static_cast<const char*>(target.weight.data);
+  if (prefill && path == PrefillPath::F32 && !dtype_is_quantized(type)) {  // f32, f16, bf16: the f32 panels
+    Scratch& s = scratch();
+    ensure(s.panel, k.panel_rows_scratch_bytes(T));
+    k.panel_rows(type, target.y, b_->token_columns.data(), weight, row_bytes, target.bias, T, in, out, begin, end,
+                 s.panel.data());
+    return;
+  }
+  if (type == DType::F32) return f32_block(target, x_, T, in, begin, end);
   if (path == PrefillPath::AmxTiles) {
     Scratch& s = scratch();
     ensure(s.amx, kernels::amx_rows_scratch_bytes(in));

@@ -3,13 +3,15 @@
 // runs its block of rows of every target (run_block):
 //
 //   weight type   1 token (decode) .. 16 tokens            more than 16 tokens (prefill)
-//   f32           one row stream (1) / tile kernel (2..16) Eigen GEMM
+//   f32           one row stream (1) / tile kernel (2..16) panels: x packed with the tokens in the
+//                                                          lanes, rows converted to f32 per slice,
+//                                                          an outer-product micro-kernel (panel_rows)
 //   f16           one row stream (1) / tile kernel (2..16), AMX tiles on bf16 + remainder panels (the
 //                 f16 widened in registers (F16C)          weight exact, x rounded to bf16); without
-//                                                          AMX, the tile kernel as for decode
+//                                                          AMX, f32 panels as for f32 (exact)
 //   bf16          as f16, bf16 widened in registers        AMX tiles (tdpbf16ps) where the CPU has
-//                                                          them, else vdpbf16ps (AVX512-BF16); x
-//                                                          rounded to bf16
+//                                                          them, else vdpbf16ps (AVX512-BF16), x
+//                                                          rounded to bf16; else f32 panels (exact)
 //   block types   x -> Q8_0 / Q8_K, integer dots           the same on panels dequantized to bf16;
 //                 (vpdpbusd on AVX512-VNNI, vpmaddubsw on   without AVX512-BF16 the token lanes of
 //                 AVX2; from a few tokens: all in register  batched decode, 16 tokens at a time
@@ -82,6 +84,7 @@ struct PreparedBuffers {
   QuantizedInput q8_0, q8_k;
   HugePageVector<uint16_t> bf16;        // [T, in] x rounded to bf16, for prefill on AVX512-BF16
   HugePageVector<uint16_t> amx_tokens;  // [amx_packed_tokens_size(T, in)] bf16 in AMX token tiles
+  HugePageVector<float> token_columns;  // [T / panel_tokens rounded up, in, panel_tokens] f32 prefill (KernelTable::panel_rows)
   bool in_use = false;                  // a PreparedInput of this thread holds them
 };
 
@@ -107,6 +110,7 @@ class PreparedInput {
   bool token_lanes_ = false;  // b_->q8_0 / q8_k also laid out for dot_tokens: run_block takes that path
   bool amx_ = false;          // a target's prefill path is PrefillPath::AmxTiles
   bool lane_prefill_ = false; // a target's prefill path is PrefillPath::Int8Lanes
+  bool panels_ = false;       // a target's prefill path is PrefillPath::F32 on f32/f16/bf16 weights: x packed for panel_rows
 };
 
 }  // namespace journey::cpu

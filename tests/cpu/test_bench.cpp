@@ -92,21 +92,23 @@ TEST_CASE("bench: the prefill ceiling is a roofline — the longer of its GEMM t
   r.f32_fma_gflop_s = 200;            // Eigen reaches half the f32 FMA peak
   r.prefill_path = "f32";             // 2.56 s of GEMM: compute-bound
   CHECK(r.prefill_ceiling_tok_s() == doctest::Approx(128 / 2.56));
+  CHECK(r.prefill_gemm_basis().find("Eigen's f32 GEMM") == 0);
   r.prefill_path = "amx-bf16";
   r.amx_bf16_gflop_s = 8000;          // half of it: 4000 GFLOP/s, 0.064 s of GEMM < 0.1 s of reading
   CHECK(r.prefill_gemm_gflop_s() == doctest::Approx(4000));
   CHECK(r.prefill_ceiling_tok_s() == doctest::Approx(128 / 0.1));
-  r.onednn_bf16_gflop_s = 1000;       // oneDNN's bf16 GEMM, measured: it is the rate (0.256 s > 0.1 s)
+  r.onednn_gflop_s = 1000;            // oneDNN's bf16 GEMM, measured: it is the rate (0.256 s > 0.1 s)
+  r.onednn_type = "bf16";
   CHECK(r.prefill_gemm_gflop_s() == doctest::Approx(1000));
   CHECK(r.prefill_ceiling_tok_s() == doctest::Approx(128 / 0.256));
-  r.onednn_bf16_gflop_s = 0;
+  r.onednn_gflop_s = 0;
   r.amx_bf16_gflop_s = 0;             // no AMX measured: Eigen's rate, not a made-up one
   CHECK(r.prefill_gemm_gflop_s() == doctest::Approx(100));
-  r.prefill_path = "int8-lanes";      // the integer token lanes: oneDNN's int8 GEMM where measured
-  r.onednn_bf16_gflop_s = 1000;       // (not the bf16 one)
+  r.prefill_path = "int8-lanes";      // the integer token lanes: the int8 peak x Eigen / FMA without oneDNN
   r.int8_dot_gop_s = 1200;
-  CHECK(r.prefill_gemm_gflop_s() == doctest::Approx(600));  // no oneDNN int8: the peak x Eigen / FMA
-  r.onednn_int8_gop_s = 400;
+  CHECK(r.prefill_gemm_gflop_s() == doctest::Approx(600));
+  r.onednn_gflop_s = 400;             // oneDNN's int8 GEMM, measured
+  r.onednn_type = "u8";
   CHECK(r.prefill_gemm_gflop_s() == doctest::Approx(400));
   CHECK(r.prefill_gemm_basis().find("oneDNN int8 matmul") == 0);
 }

@@ -378,6 +378,56 @@ TEST_CASE("kernels: the f16 and bf16 small-batch kernels equal the f32 one on th
   }
 }
 
+TEST_CASE("kernels: the f32 panel prefill kernel (x packed by tokens, an outer-product micro-kernel) equals the product") {
+  // T past one and two token blocks, `in` past one slice of 256 and not a multiple of any vector,
+  // rows not a multiple of the micro-tile, a row range that starts and ends inside the matrix
+  for (Isa isa : supported_isas()) {
+    const auto& k = cpu::kernels::table(isa);
+    for (DType type : {DType::F32, DType::F16, DType::BF16})
+      for (int64_t T : {17, 40})
+        for (auto [in, out] : {std::pair<int64_t, int64_t>{37, 53}, {300, 29}, {2100, 13}}) {
+          CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type)); CAPTURE(T); CAPTURE(in); CAPTURE(out);
+          const auto x = scalar::random_vector(size_t(T * in), 23);
+          const auto values = scalar::random_vector(size_t(out * in), 24);
+          const auto bias = scalar::random_vector(size_t(out), 25);
+          std::vector<uint8_t> stored(size_t(dtype_bytes_for(type, out * in)));
+          std::vector<float> widened(values.size());
+          for (size_t i = 0; i < values.size(); ++i) {
+            if (type == DType::F32) {
+              widened[i] = values[i];
+              std::memcpy(stored.data() + 4 * i, &values[i], 4);
+            } else {
+              const uint16_t h = type == DType::F16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
+              widened[i] = type == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+              std::memcpy(stored.data() + 2 * i, &h, 2);
+            }
+          }
+          const int64_t blocks = (T + k.panel_tokens - 1) / k.panel_tokens;
+          std::vector<float> packed(size_t(blocks * in * k.panel_tokens), NAN);
+          k.pack_token_columns(x.data(), T, in, packed.data(), 0, blocks);
+          std::vector<unsigned char> scratch(k.panel_rows_scratch_bytes(T));
+          const int64_t begin = 3, end = out - 2;  // the rows outside stay as they were
+          std::vector<float> got(size_t(T * out), -7.0f);
+          k.panel_rows(type, got.data(), packed.data(), stored.data(), size_t(dtype_bytes_for(type, in)), bias.data(), T,
+                       in, out, begin, end, scratch.data());
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t o = 0; o < out; ++o) {
+              CAPTURE(t); CAPTURE(o);
+              if (o < begin || o >= end) {
+                CHECK(got[size_t(t * out + o)] == -7.0f);
+                continue;
+              }
+              double exact = bias[size_t(o)], magnitude = std::abs(double(bias[size_t(o)]));
+              for (int64_t i = 0; i < in; ++i) {
+                exact += double(x[size_t(t * in + i)]) * widened[size_t(o * in + i)];
+                magnitude += std::abs(double(x[size_t(t * in + i)]) * widened[size_t(o * in + i)]);
+              }
+              CHECK(std::abs(got[size_t(t * out + o)] - exact) <= 1e-5 * magnitude);
+            }
+        }
+  }
+}
+
 TEST_CASE("kernels: the bf16 prefill kernels (AVX512-BF16, AMX tiles) equal a double-precision loop over bf16-rounded values") {
   if (!cpu::kernels::has_bf16_dot()) {
     MESSAGE("this CPU lacks AVX512-BF16; the prefill kernels are not tested (prefill widens to f32 instead)");

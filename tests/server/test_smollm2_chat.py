@@ -149,12 +149,15 @@ def ids_of(text):
 
 def call_nudge():
     """logit_bias that turns SmolLM2-135M's greedy answer into a call: '<' up (a tag opens), 'response'
-    banned (so the tag is <tool_call>, not a copy of <tool_response>), 'temperature' banned (so the
-    JSON is not the tool's answer copied), 'name' up a little (so the JSON starts with "name")."""
+    and 'answer' banned (so the tag is <tool_call>, not a copy of <tool_response> nor a <tool_answer>:
+    after "<tool_" 'call' and 'answer' are within 0.1 of each other, so float noise of the order of
+    summation, as between a cached prefix and a whole prefill, chose either), 'temperature' banned
+    (so the JSON is not the tool's answer copied), 'name' up a little (so the JSON starts with "name")."""
     less_than, _, _, response, _ = ids_of("<tool_response>")
+    answer = ids_of("<tool_answer>")[3]
     temperature = ids_of("{\"temperature\"")[1]
     name = ids_of("{\"name\"")[1]
-    return {str(less_than): 3, str(response): -100, str(temperature): -100, str(name): 2}
+    return {str(less_than): 3, str(response): -100, str(answer): -100, str(temperature): -100, str(name): 2}
 
 
 class ToolCalls(unittest.TestCase):
