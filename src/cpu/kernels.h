@@ -106,10 +106,10 @@ struct KernelTable {
   void (*dot_tokens)(const uint8_t* q, const float* s, const float* o, int rows, int zero, bool has_offset,
                      const TokenLaneActivations& x, int64_t n, float* out);
   // dot_tokens straight from up to kStoredTokenRows stored rows of a type has_stored_token_dot()
-  // lists (consecutive, `row_bytes` apart from `rows`): no unpack_row, no scratch. Each quad of 4
-  // stored weights is broadcast to the token lanes and made unsigned in one instruction, and the
-  // block's scale is applied once per block of 32 in f32. out [rows, kLaneTokens]. nullptr on
-  // instruction sets without it (AVX512-VNNI only).
+  // lists for this Isa (consecutive, `row_bytes` apart from `rows`): no unpack_row, no scratch.
+  // Each quad of 4 stored weights is broadcast to the token lanes (AVX512-VNNI: made unsigned in
+  // one instruction; AVX2: Q8_0 as |q| x sign(x, q)), and the block's scale is applied once per
+  // block of 32 in f32. out [rows, kLaneTokens]. nullptr in the generic table.
   void (*dot_tokens_stored)(DType type, const void* rows, size_t row_bytes, int count, const TokenLaneActivations& x,
                             int64_t n, float* out);
   // One row of n values (a multiple of 32) as Q8_0 activation blocks: q [n], and per group of 16
@@ -149,7 +149,10 @@ const KernelTable& table(Isa isa);  // falls back to the best supported Isa
 
 // The types KernelTable::dot_tokens_stored multiplies as stored: Q8_0 and Q4_0, whose blocks are
 // one scale and 32 quants with a fixed zero point (the others unpack first).
-inline bool has_stored_token_dot(DType type) { return type == DType::Q8_0 || type == DType::Q4_0; }
+// AVX2 has Q8_0 only (Q4_0 measured slower that way there: part 3c of kernels_impl.inc).
+inline bool has_stored_token_dot(DType type, Isa isa) {
+  return type == DType::Q8_0 || (type == DType::Q4_0 && isa == Isa::Avx512);
+}
 inline constexpr int kStoredTokenRows = 4;  // rows per dot_tokens_stored call
 
 // The types KernelTable::dot_rows multiplies: every block type (the legacy ones and Q2_K .. Q6_K).

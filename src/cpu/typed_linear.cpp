@@ -326,7 +326,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     // Q8_0 and Q4_0 straight from the stored rows where the CPU has that kernel; the other types,
     // and every type in prefill, unpack a tile of rows first (prefill multiplies each unpacked tile
     // with every chunk of 16 tokens)
-    const bool stored = !prefill && k.dot_tokens_stored && kernels::has_stored_token_dot(type);
+    const bool stored = !prefill && k.dot_tokens_stored && kernels::has_stored_token_dot(type, kernels::best_isa());
     const int R = stored ? kernels::kStoredTokenRows : kernels::kTokenRows;
     if (!stored) {
       ensure(s.q, size_t(R * in));

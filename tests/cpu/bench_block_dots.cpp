@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
         k.unpack_row(type, stored.data() + r * row_bytes, in, q.data() + r * in, s.data() + r * groups, o.data() + r * groups);
     }, repeat) / R;
     double direct = -1;
-    if (k.dot_tokens_stored && cpu::kernels::has_stored_token_dot(type)) {
+    if (k.dot_tokens_stored && cpu::kernels::has_stored_token_dot(type, isa)) {
       constexpr int kStored = cpu::kernels::kStoredTokenRows;
       float out[kStored * cpu::kernels::kLaneTokens];
       direct = time_call([&] {
