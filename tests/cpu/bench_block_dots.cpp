@@ -129,10 +129,10 @@ int main(int argc, char** argv) {
                 cell(plain).c_str(), cell(tiled).c_str(), cell(unpack).c_str(), cell(direct).c_str());
   }
   // The floor of every column but unpack: each row x token is `in` multiply-adds, and vpdpbusd
-  // (512-bit) does 64 of them per instruction at best.
+  // (512-bit) does 64 of them per instruction at best (AVX2's vpmaddubsw + vpmaddwd pair 32).
   const double peak = cpu::kernels::peak_rate(cpu::kernels::PeakKind::Int8Dot, 0.5);
   if (peak > 0)
-    std::printf("vpdpbusd peak of this thread: %.0f GOP/s, i.e. %.2f ns per row x token at in = %lld\n", peak * 1e-9,
+    std::printf("int8 dot peak of this thread (vpdpbusd; AVX2: vpmaddubsw + vpmaddwd): %.0f GOP/s, i.e. %.2f ns per row x token at in = %lld\n", peak * 1e-9,
                 2.0 * double(in) / peak * 1e9, (long long)in);
   std::printf("(checksum %g)\n", double(sink));
 }
