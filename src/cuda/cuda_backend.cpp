@@ -375,11 +375,11 @@ CudaBackendImpl::CudaBackendImpl(const LoadedModel& model, const CudaOptions& op
   device_name_ = props.name;
   early_launch_ = options.early_launch && props.major >= 9;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  JOURNEY_CUBLAS_CHECK(cublasCreate(&cublas_));
-  JOURNEY_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  JOURNEY_CUBLAS_CHECK(cuda::cublas().create(&cublas_));
+  JOURNEY_CUBLAS_CHECK(cuda::cublas().set_stream(cublas_, stream_));
   const size_t workspace_bytes = size_t(32) << 20;  // cuBLAS's recommendation for Hopper
   cublas_workspace_.grow(workspace_bytes);
-  JOURNEY_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.get(), workspace_bytes));
+  JOURNEY_CUBLAS_CHECK(cuda::cublas().set_workspace(cublas_, cublas_workspace_.get(), workspace_bytes));
   if (parallel) {
     // collective: every rank of the group is here at once (the device ids go round, NCCL joins)
     collectives_ = make_device_collectives(*communicator_, options.device, options.tp_transport);
@@ -463,7 +463,7 @@ CudaBackendImpl::CudaBackendImpl(const LoadedModel& model, const CudaOptions& op
 
 CudaBackendImpl::~CudaBackendImpl() {
   release_graphs();
-  if (cublas_) cublasDestroy(cublas_);
+  if (cublas_) cuda::cublas().destroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 

@@ -30,8 +30,8 @@ void check_cuda(cudaError_t status, const char* what, const char* file, int line
 
 void check_cublas(cublasStatus_t status, const char* what, const char* file, int line) {
   if (status != CUBLAS_STATUS_SUCCESS)
-    fail("cuBLAS error in ", what, " (", file, ":", line, "): ", cublasGetStatusName(status), ": ",
-         cublasGetStatusString(status));
+    fail("cuBLAS error in ", what, " (", file, ":", line, "): ", cublas().status_name(status), ": ",
+         cublas().status_string(status));
 }
 
 int device_count() {
@@ -1253,11 +1253,11 @@ void gemm(float* y, const void* x_typed, WeightView weight, const float* bias, i
   const float alpha = 1.0f, beta = 0.0f;
   // (cublasSetStream also drops a user workspace, so it is called only when the stream changes)
   cudaStream_t current = nullptr;
-  JOURNEY_CUBLAS_CHECK(cublasGetStream(context.cublas, &current));
-  if (current != context.stream) JOURNEY_CUBLAS_CHECK(cublasSetStream(context.cublas, context.stream));
-  JOURNEY_CUBLAS_CHECK(cublasGemmEx(context.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(T), int(in), &alpha,
-                                    weight.data, type, int(in), x_typed, type, int(in), &beta, y, CUDA_R_32F, int(out),
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  JOURNEY_CUBLAS_CHECK(cublas().get_stream(context.cublas, &current));
+  if (current != context.stream) JOURNEY_CUBLAS_CHECK(cublas().set_stream(context.cublas, context.stream));
+  JOURNEY_CUBLAS_CHECK(cublas().gemm_ex(context.cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(T), int(in), &alpha,
+                                         weight.data, type, int(in), x_typed, type, int(in), &beta, y, CUDA_R_32F,
+                                         int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   if (bias) add_bias(y, bias, T, out, context.stream);
 }
 

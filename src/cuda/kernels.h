@@ -22,12 +22,14 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/device_sampling.h"
+#include "cuda/cublas_loader.h"
 #include "core/config.h"
 #include "core/dtype.h"
 
 namespace journey::cuda {
 
-// Throws journey::Error naming the call, where it was made and CUDA's message.
+// Throws journey::Error naming the call, where it was made and CUDA's message. (cuBLAS's calls go
+// through cublas(), which opens the library on first use: cublas_loader.h.)
 void check_cuda(cudaError_t status, const char* what, const char* file, int line);
 void check_cublas(cublasStatus_t status, const char* what, const char* file, int line);
 #define JOURNEY_CUDA_CHECK(call) ::journey::cuda::check_cuda((call), #call, __FILE__, __LINE__)

@@ -58,7 +58,7 @@ class CudaOpsUnderTest : public OpBackend {
  public:
   CudaOpsUnderTest() { check(cudaStreamCreate(&stream_), "cudaStreamCreate"); }
   ~CudaOpsUnderTest() override {
-    if (cublas_) cublasDestroy(cublas_);
+    if (cublas_) cuda::cublas().destroy(cublas_);
     cudaStreamDestroy(stream_);
   }
   std::string name() const override { return "cuda"; }
@@ -176,8 +176,8 @@ class CudaOpsUnderTest : public OpBackend {
  private:
   cuda::LinearContext context(DeviceBuffer& scratch, int64_t scratch_bytes) {
     if (!cublas_) {
-      JOURNEY_CUBLAS_CHECK(cublasCreate(&cublas_));
-      JOURNEY_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+      JOURNEY_CUBLAS_CHECK(cuda::cublas().create(&cublas_));
+      JOURNEY_CUBLAS_CHECK(cuda::cublas().set_stream(cublas_, stream_));
     }
     cuda::LinearContext c;
     c.stream = stream_;

@@ -4,6 +4,7 @@
 // arguments before they touch the device.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <string>
 
 #include "assets/model.h"
@@ -79,4 +80,32 @@ TEST_CASE("the fast-path launchers reject bad arguments before launching") {
   CHECK_THROWS_WITH_AS(cuda::rope_kv_cache_write_decode(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                                                         1e-6f, batch, 16, 4, 2, 7, 1e4, RopeLayout::HalfSplit, nullptr),
                        doctest::Contains("an even D"), Error);
+}
+
+namespace {
+// Whether a file whose name contains `library` is mapped into this process (/proc/self/maps).
+bool mapped(const std::string& library) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);)
+    if (line.find(library) != std::string::npos) return true;
+  return false;
+}
+}  // namespace
+
+TEST_CASE("cuBLAS is opened on first use, not at start, and every entry point journey calls resolves") {
+  // Linking it made every run of a CUDA build ~147 MB larger, on the CPU too (cublas_loader.h): the
+  // earlier test cases of this binary built a backend on a machine without a device, which must not
+  // have opened it either.
+  if (!cuda::cublas_loaded()) CHECK_FALSE(mapped("libcublas"));
+  const cuda::Cublas& api = cuda::cublas();  // needs no GPU: only the library
+  CHECK(cuda::cublas_loaded());
+  CHECK(mapped(cuda::cublas_library_name()));
+  for (const void* entry : {(const void*)api.create, (const void*)api.destroy, (const void*)api.set_stream,
+                            (const void*)api.get_stream, (const void*)api.set_workspace, (const void*)api.gemm_ex,
+                            (const void*)api.status_name, (const void*)api.status_string})
+    CHECK(entry != nullptr);
+  // two calls that need no device: the library answers with its own names
+  CHECK(std::string(api.status_name(CUBLAS_STATUS_NOT_INITIALIZED)) == "CUBLAS_STATUS_NOT_INITIALIZED");
+  CHECK_THROWS_WITH_AS(cuda::check_cublas(CUBLAS_STATUS_INVALID_VALUE, "cublasGemmEx(...)", "here.cpp", 7),
+                       doctest::Contains("CUBLAS_STATUS_INVALID_VALUE"), Error);
 }

@@ -115,7 +115,7 @@ TEST_CASE("rope matches the reference in both layouts at large positions") {
 TEST_CASE("linear: cuBLAS (T > 1) and every GEMV version (T = 1) in f32, bf16 and f16") {
   SKIP_WITHOUT_CUDA_DEVICE();
   cublasHandle_t handle;
-  JOURNEY_CUBLAS_CHECK(cublasCreate(&handle));
+  JOURNEY_CUBLAS_CHECK(cuda::cublas().create(&handle));
   // (67, 45): odd, scalar loads; (256, 130): 16-byte loads; (4100, 9): x fills most of v3's shared memory
   for (auto [in, out] : {std::pair<int64_t, int64_t>{67, 45}, {256, 130}, {4100, 9}}) {
     for (DType type : {DType::F32, DType::BF16, DType::F16}) {
@@ -157,7 +157,7 @@ TEST_CASE("linear: cuBLAS (T > 1) and every GEMV version (T = 1) in f32, bf16 an
       }
     }
   }
-  cublasDestroy(handle);
+  cuda::cublas().destroy(handle);
 }
 
 TEST_CASE("softmax, swiglu, residual_add and the fused residual_add_rms_norm") {
@@ -352,7 +352,7 @@ TEST_CASE("launchers reject bad shapes with journey::Error") {
 TEST_CASE("linear_shared_input: one launch over q/k/v-like targets equals one linear per target") {
   SKIP_WITHOUT_CUDA_DEVICE();
   cublasHandle_t handle;
-  JOURNEY_CUBLAS_CHECK(cublasCreate(&handle));
+  JOURNEY_CUBLAS_CHECK(cuda::cublas().create(&handle));
   cudaStream_t stream;  // blocking: ordered with the legacy stream the arrays are filled on
   JOURNEY_CUDA_CHECK(cudaStreamCreate(&stream));
   const std::vector<int64_t> outs = {45, 9, 9};  // odd sizes: a warp's two rows straddle targets
@@ -401,7 +401,7 @@ TEST_CASE("linear_shared_input: one launch over q/k/v-like targets equals one li
     }
   }
   cudaStreamDestroy(stream);
-  cublasDestroy(handle);
+  cuda::cublas().destroy(handle);
 }
 
 TEST_CASE("fused GEMVs equal the unfused kernels they replace, and the reference") {
@@ -591,7 +591,7 @@ TEST_CASE("paged_attention_decode equals paged_attention at T = 1 for every sequ
 TEST_CASE("quantized weights: rows, GEMV in every fused form and GEMM against the reference dequantizers") {
   SKIP_WITHOUT_CUDA_DEVICE();
   cublasHandle_t handle;
-  JOURNEY_CUBLAS_CHECK(cublasCreate(&handle));
+  JOURNEY_CUBLAS_CHECK(cuda::cublas().create(&handle));
   const int64_t in = 512, out = 45, T = 3;  // rows of 2 K super-blocks or 16 legacy blocks; odd row count
   for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K}) {
     CAPTURE(dtype_name(type));
@@ -671,5 +671,5 @@ TEST_CASE("quantized weights: rows, GEMV in every fused form and GEMM against th
     reference::residual_add(resid_ref.data(), resid.data(), proj.data(), out);
     CHECK(nmse(d_resid.download(), resid_ref) < kReordered);
   }
-  cublasDestroy(handle);
+  cuda::cublas().destroy(handle);
 }
