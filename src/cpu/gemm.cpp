@@ -36,15 +36,15 @@ double peak_loop(int kind, int64_t iterations, float* sink);
 }  // namespace avx512
 namespace avx512bf16 {
 double peak_loop(int kind, int64_t iterations, float* sink);
-void to_bf16(const float* x, uint16_t* out, int64_t n);
-size_t bf16_rows_scratch_bytes();
-void bf16_rows(DType type, float* y, const uint16_t* x, const void* weight, size_t row_bytes, const float* bias,
-               int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end, void* scratch);
+void pack_token_pairs(const float* x, int64_t T, int64_t in, uint16_t* packed, int64_t tile_begin, int64_t tile_end);
+size_t bf16_panel_rows_scratch_bytes(int64_t T);
+void bf16_panel_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,
+                     const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
+                     void* scratch);
 }  // namespace avx512bf16
 namespace amx {
 double peak_loop(int kind, int64_t iterations, float* sink);
 size_t amx_rows_scratch_bytes(int64_t in);
-void amx_pack_tokens(const float* x, int64_t T, int64_t in, uint16_t* packed, int64_t tile_begin, int64_t tile_end);
 void amx_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,
               const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
               void* scratch);
@@ -130,10 +130,38 @@ bool has_amx() {
 #endif
 }
 
+namespace {
+// JOURNEY_ROW_PREFETCH: 1 on, 0 off, -1 not set, -2 a value that is neither (kernel_choice fails)
+int row_prefetch_override() {
+  const char* value = std::getenv("JOURNEY_ROW_PREFETCH");
+  if (value == nullptr || *value == '\0') return -1;
+  const std::string_view v(value);
+  return v == "on" ? 1 : v == "off" ? 0 : -2;
+}
+bool choose_row_stream_prefetch() {
+  const int forced = row_prefetch_override();
+  if (forced >= 0) return forced == 1;
+#ifdef JOURNEY_KERNELS_X86
+  __builtin_cpu_init();  // this runs among the static constructors, possibly before libgcc's own
+  // AMD with AVX-512 (Zen 4 and later): the hardware prefetcher alone streams faster (kernels.h)
+  return !(__builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f"));
+#else
+  return true;
+#endif
+}
+}  // namespace
+
+const bool kRowStreamPrefetch = choose_row_stream_prefetch();
+bool row_stream_prefetch() { return kRowStreamPrefetch; }
+
 std::string kernel_choice() {
+  if (row_prefetch_override() == -2)
+    fail("JOURNEY_ROW_PREFETCH='", std::getenv("JOURNEY_ROW_PREFETCH"), "' is not a choice; expected on or off ",
+         "(or unset: this CPU's)");
   std::string choice = isa_name(best_isa());
   choice += has_amx() ? " + amx-bf16 prefill" : has_bf16_dot() ? " + avx512-bf16 prefill" : "";
   if (isa_cap() != kNoCap) choice += std::string(" (JOURNEY_CPU_ISA=") + kIsaLevels[isa_cap()] + ")";
+  if (!kRowStreamPrefetch) choice += ", row stream without prefetch";
   return choice;
 }
 
@@ -201,29 +229,37 @@ bool unpacked_has_offset(DType type) {
          type == DType::Q5_K;
 }
 
-void to_bf16(const float* x, uint16_t* out, int64_t n) {
+size_t bf16_panel_rows_scratch_bytes(int64_t T) {
 #ifdef JOURNEY_KERNELS_X86
-  if (has_bf16_dot()) return avx512bf16::to_bf16(x, out, n);
+  if (has_bf16_dot()) return avx512bf16::bf16_panel_rows_scratch_bytes(T);
 #endif
-  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(x[i]);
-}
-
-size_t bf16_rows_scratch_bytes() {
-#ifdef JOURNEY_KERNELS_X86
-  if (has_bf16_dot()) return avx512bf16::bf16_rows_scratch_bytes();
-#endif
+  (void)T;
   return 0;
 }
 
-void bf16_rows(DType type, float* y, const uint16_t* x, const void* weight, size_t row_bytes, const float* bias,
-               int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end, void* scratch) {
+void bf16_panel_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,
+                     const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
+                     void* scratch) {
+  if (in % 32 != 0) fail("bf16_panel_rows: rows of ", in, " weights; the bf16 panels take multiples of 32");
+  if (type != DType::BF16 && !dtype_is_quantized(type))
+    fail("bf16_panel_rows: weights of type ", dtype_name(type), "; expected bf16 or a block type");
 #ifdef JOURNEY_KERNELS_X86
   if (has_bf16_dot())
-    return avx512bf16::bf16_rows(type, y, x, weight, row_bytes, bias, T, in, out, row_begin, row_end, scratch);
+    return avx512bf16::bf16_panel_rows(type, y, x_packed, weight, row_bytes, bias, T, in, out, row_begin, row_end,
+                                       scratch);
 #endif
-  (void)type, (void)y, (void)x, (void)weight, (void)row_bytes, (void)bias, (void)T, (void)in, (void)out,
-      (void)row_begin, (void)row_end, (void)scratch;
-  fail("bf16_rows: this CPU has no AVX512-BF16 (check kernels::has_bf16_dot() first)");
+  (void)y, (void)x_packed, (void)weight, (void)row_bytes, (void)bias, (void)T, (void)out, (void)row_begin,
+      (void)row_end, (void)scratch;
+  fail("bf16_panel_rows: this CPU has no AVX512-BF16 (check kernels::has_bf16_dot() first)");
+}
+
+void pack_token_pairs(const float* x, int64_t T, int64_t in, uint16_t* packed, int64_t tile_begin, int64_t tile_end) {
+  if (in % 32 != 0) fail("pack_token_pairs: rows of ", in, " values; the bf16 token tiles take multiples of 32");
+#ifdef JOURNEY_KERNELS_X86
+  if (has_bf16_dot()) return avx512bf16::pack_token_pairs(x, T, in, packed, tile_begin, tile_end);
+#endif
+  (void)x, (void)T, (void)packed, (void)tile_begin, (void)tile_end;
+  fail("pack_token_pairs: this CPU has no AVX512-BF16 (check kernels::has_bf16_dot() first)");
 }
 
 size_t amx_rows_scratch_bytes(int64_t in) {
@@ -232,15 +268,6 @@ size_t amx_rows_scratch_bytes(int64_t in) {
 #endif
   (void)in;
   return 0;
-}
-
-void amx_pack_tokens(const float* x, int64_t T, int64_t in, uint16_t* packed, int64_t tile_begin, int64_t tile_end) {
-  if (in % 32 != 0) fail("amx_pack_tokens: rows of ", in, " values; AMX tiles take multiples of 32");
-#ifdef JOURNEY_KERNELS_X86
-  if (has_amx()) return amx::amx_pack_tokens(x, T, in, packed, tile_begin, tile_end);
-#endif
-  (void)x, (void)T, (void)packed, (void)tile_begin, (void)tile_end;
-  fail("amx_pack_tokens: no AMX-BF16 here (check kernels::has_amx() first)");
 }
 
 void amx_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,

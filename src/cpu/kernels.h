@@ -50,6 +50,18 @@ bool has_amx();
 // cap named when JOURNEY_CPU_ISA set one. Throws journey::Error for a bad JOURNEY_CPU_ISA.
 std::string kernel_choice();
 
+// Whether one_token_rows (decode of f32, f16 and bf16 weights: the rows read as one stream) asks
+// for its rows 2 KB ahead (prefetcht0), as the fused dots of the block types do. On the Intel Xeon
+// VM that lifted 1.1B decode BF16 12.0 -> 14.8 tok/s; on the AMD Zen 4 VM it cost F16 a quarter
+// (9.1 against 12.1-13.9 tok/s without it, 3 alternating pairs of runs; BF16 13-16 either way, within
+// the VM's noise; the fused dots' prefetch measured neither better nor worse off there), so AMD CPUs
+// with AVX-512 leave the stream to the hardware prefetcher
+// (docs/performance.md, "The AMD Zen 4 VM"). JOURNEY_ROW_PREFETCH=on|off overrides the choice;
+// another value is an error at kernel_choice().
+bool row_stream_prefetch();
+// row_stream_prefetch(), as the kernels read it at every step (set before main).
+extern const bool kRowStreamPrefetch;
+
 // The zero point z and whether the type has per-group offsets o (a minimum) after unpacking.
 int unpacked_zero(DType type);
 bool unpacked_has_offset(DType type);
@@ -143,6 +155,15 @@ struct KernelTable {
   void (*panel_rows)(DType type, float* y, const float* x_packed, const void* weight, size_t row_bytes,
                      const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
                      void* scratch);
+  // Decode of BF16 weights (one token) without widening each weight across lanes: split_pairs
+  // writes x [in] in pair order — per block of pair_lanes inputs (two vectors) its even inputs,
+  // then its odd ones —, and one_token_bf16_pairs computes columns [row_begin, row_end) of
+  // y = x W^T (+ bias) from it, the stored words' halves taken as f32 by a shift and a mask.
+  // `in` a multiple of pair_lanes (else float_rows). Exact products, f32 sums.
+  int64_t pair_lanes;
+  void (*split_pairs)(const float* x, int64_t in, float* x_pairs);
+  void (*one_token_bf16_pairs)(float* y, const float* x_pairs, const void* weight, const float* bias, int64_t in,
+                               int64_t row_begin, int64_t row_end);
 };
 
 const KernelTable& table(Isa isa);  // falls back to the best supported Isa
@@ -168,37 +189,38 @@ double peak_rate(PeakKind kind, double seconds = 0.2);
 
 // ---- AVX512-BF16 (only when has_bf16_dot()) ---------------------------------------------------
 
-// out[i] = x[i] rounded to bf16 (nearest even).
-void to_bf16(const float* x, uint16_t* out, int64_t n);
+// Tiles of 16 tokens pack_token_pairs writes for T tokens: whole pairs (the bf16 prefill kernels
+// multiply 32 tokens per pass; the padding tokens are zero).
+inline int64_t token_pair_tiles(int64_t T) { return (T + 31) / 32 * 2; }
+// Elements (bf16) of pack_token_pairs's output for T tokens of `in` values.
+inline int64_t token_pairs_size(int64_t T, int64_t in) { return token_pair_tiles(T) * 16 * in; }
+// x [T, in] f32 (in a multiple of 32) rounded to bf16 (nearest even: f32_to_bf16's value) and laid
+// out as the token tiles tdpbf16ps reads: [token_pair_tiles(T), in / 32, 16 pairs, 16 tokens, 2] —
+// tile (b, c) holds tokens 16b .. 16b + 15, inputs 32c .. 32c + 31, each pair of inputs side by
+// side ("VNNI" layout); so tile b is [in / 2 pairs, 16 tokens, 2], one 512-bit vector of 16 tokens per pair,
+// which is what bf16_panel_rows's vdpbf16ps reads. Writes the tiles b in [tile_begin, tile_end)
+// only (threads share the work).
+void pack_token_pairs(const float* x, int64_t T, int64_t in, uint16_t* packed, int64_t tile_begin, int64_t tile_end);
 
-// Scratch one thread of bf16_rows needs (bytes), for rows of `in` weights.
-size_t bf16_rows_scratch_bytes();
+// Scratch one thread of bf16_panel_rows needs (bytes), for T tokens.
+size_t bf16_panel_rows_scratch_bytes(int64_t T);
 
-// Columns [row_begin, row_end) of y = x W^T (+ bias) with x rounded to bf16 ([T, in], see to_bf16)
-// and W of `type` [out, in] row-major, `row_bytes` bytes per row: BF16 rows are read as stored,
-// block-quantized rows are dequantized to bf16 a panel (a few rows x a slice of `in`) at a time
-// into `scratch`, then multiplied by vdpbf16ps with f32 sums. For prefill: each panel is used by
-// every token.
-void bf16_rows(DType type, float* y, const uint16_t* x, const void* weight, size_t row_bytes, const float* bias,
-               int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end, void* scratch);
+// Columns [row_begin, row_end) of y = x W^T (+ bias) with x packed by pack_token_pairs and W of
+// `type` (BF16 or a block type; `in` a multiple of 32) [out, in] row-major, `row_bytes` bytes per
+// row: 48 rows at a time are copied (BF16) or dequantized to bf16 one slice of 256 inputs at a time
+// into `scratch`, then multiplied with every token by vdpbf16ps (a 12-row x 32-token micro-tile
+// per pair of inputs, sums in registers); products exact, f32 sums. For prefill.
+void bf16_panel_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,
+                     const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
+                     void* scratch);
 
 // ---- AMX-BF16 (only when has_amx()) -----------------------------------------------------------
 
-// Tiles of 16 tokens amx_pack_tokens writes for T tokens: whole pairs (amx_rows multiplies 32 tokens
-// per pass; the padding tokens are zero).
-inline int64_t amx_token_tiles(int64_t T) { return (T + 31) / 32 * 2; }
-// Elements (bf16) of amx_pack_tokens's output for T tokens of `in` values.
-inline int64_t amx_packed_tokens_size(int64_t T, int64_t in) { return amx_token_tiles(T) * 16 * in; }
-// x [T, in] f32 (in a multiple of 32) rounded to bf16 as to_bf16 rounds and laid out as the token
-// tiles tdpbf16ps reads: [amx_token_tiles(T), in / 32, 16 pairs, 16 tokens, 2] — tile (b, c) holds
-// tokens 16b .. 16b + 15, inputs 32c .. 32c + 31, each pair of inputs side by side ("VNNI"
-// layout). Writes the tiles b in [tile_begin, tile_end) only (threads share the work).
-void amx_pack_tokens(const float* x, int64_t T, int64_t in, uint16_t* packed, int64_t tile_begin, int64_t tile_end);
 // Scratch one thread of amx_rows needs (bytes), for rows of `in` weights.
 size_t amx_rows_scratch_bytes(int64_t in);
-// bf16_rows on AMX tiles: columns [row_begin, row_end) of y = x W^T (+ bias), x packed by
-// amx_pack_tokens, W of `type` [out, in] row-major (`in` a multiple of 32): BF16 copied, block
-// types dequantized to bf16 (the value bf16_rows multiplies), F16 split into bf16 + the remainder
+// bf16_panel_rows on AMX tiles: columns [row_begin, row_end) of y = x W^T (+ bias), x packed by
+// pack_token_pairs, W of `type` [out, in] row-major (`in` a multiple of 32): BF16 copied, block
+// types dequantized to bf16 (the value bf16_panel_rows multiplies), F16 split into bf16 + the remainder
 // (both multiplied: the weight exact), 32 rows at a time; f32 sums.
 void amx_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,
               const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,

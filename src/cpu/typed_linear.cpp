@@ -19,7 +19,7 @@ struct Scratch {
   std::vector<uint8_t> q;              // [in] one weight row unpacked
   std::vector<float> s, o;             // [in / 16]
   HugePageFloats rows;                 // [kFallbackRows, in] rows widened to f32 (no AVX512-BF16)
-  std::vector<unsigned char> bf16;     // kernels::bf16_rows's panel
+  std::vector<unsigned char> bf16;     // kernels::bf16_panel_rows's panel and sums
   std::vector<unsigned char> amx;      // kernels::amx_rows's panel and tiles
   std::vector<unsigned char> panel;    // kernels::panel_rows's f32 panel and sums
 };
@@ -168,7 +168,7 @@ PrefillPath prefill_path_of(DType type, int64_t in) {
   const bool rounded = type == DType::BF16 || dtype_is_quantized(type);  // multiplied on bf16 wherever the CPU can
   // F16 only on the tiles, split into bf16 + remainder (exact); vdpbf16ps would round it
   if ((rounded || type == DType::F16) && kernels::has_amx() && in % 32 == 0) return PrefillPath::AmxTiles;
-  if (rounded && kernels::has_bf16_dot()) return PrefillPath::Bf16Dot;
+  if (rounded && kernels::has_bf16_dot() && in % 32 == 0) return PrefillPath::Bf16Dot;
   if (dtype_is_quantized(type) && kernels::table(kernels::best_isa()).dot_tokens) return PrefillPath::Int8Lanes;
   return PrefillPath::F32;
 }
@@ -191,16 +191,16 @@ PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<co
   if (mine.in_use) own_ = std::make_unique<PreparedBuffers>();
   b_ = own_ ? own_.get() : &mine;
   b_->in_use = true;
-  bool q8_0 = false, q8_k = false, bf16 = false;
+  bool q8_0 = false, q8_k = false;
   for (const LinearTarget& target : targets) {
     const DType type = target.weight.type;
     if (!dtype_is_quantized(type) && type != DType::F32 && type != DType::F16 && type != DType::BF16)
       fail("linear: weights of type ", dtype_name(type), " cannot be multiplied (expected f32, f16, bf16 or a block type)");
     const PrefillPath path = T > kSmallBatchTokens ? prefill_path_of(type, in) : PrefillPath::F32;
-    bf16 = bf16 || path == PrefillPath::Bf16Dot;
-    amx_ = amx_ || path == PrefillPath::AmxTiles;
+    token_pairs_ = token_pairs_ || path == PrefillPath::AmxTiles || path == PrefillPath::Bf16Dot;
     if (path == PrefillPath::Int8Lanes) lane_prefill_ = true;
     if (path == PrefillPath::F32 && T > kSmallBatchTokens && !dtype_is_quantized(type)) panels_ = true;
+    if (T == 1 && type == DType::BF16 && in % kernels::table(kernels::best_isa()).pair_lanes == 0) x_pairs_ = true;
     if ((T <= kSmallBatchTokens || path == PrefillPath::Int8Lanes) && dtype_is_quantized(type)) {
       if (activation_block(type) == 32) q8_0 = true;
       else q8_k = true;
@@ -216,9 +216,10 @@ PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<co
     if (q8_0) b_->q8_0.lay_out_token_lanes(T, threads);
     if (q8_k) b_->q8_k.lay_out_token_lanes(T, threads);
   }
-  if (bf16) {
-    b_->bf16.resize(size_t(T * in));
-    kernels::to_bf16(x, b_->bf16.data(), T * in);
+  // BF16 decode: x in pair order, once per product (every thread and target shares it)
+  if (x_pairs_) {
+    b_->x_pairs.resize(size_t(in));
+    kernels::table(kernels::best_isa()).split_pairs(x, in, b_->x_pairs.data());
   }
   // f32 panels: x with the tokens in the lanes (every thread and target shares it), the blocks of
   // tokens split over the threads
@@ -230,14 +231,14 @@ PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<co
 #pragma omp parallel for num_threads(int(std::min<int64_t>(threads, blocks))) schedule(static) if (threads > 1)
     for (int64_t b = 0; b < blocks; ++b) k.pack_token_columns(x, T, in, packed, b, b + 1);
   }
-  // AMX: x rounded to bf16 straight into the tile layout tdpbf16ps reads (every thread and target
-  // shares it), the tiles of 16 tokens split over the threads
-  if (amx_) {
-    b_->amx_tokens.resize(size_t(kernels::amx_packed_tokens_size(T, in)));
-    const int64_t tiles = kernels::amx_token_tiles(T);
-    uint16_t* packed = b_->amx_tokens.data();
+  // AMX and AVX512-BF16: x rounded to bf16 straight into the token tiles tdpbf16ps and vdpbf16ps read
+  // (every thread and target shares it), the tiles of 16 tokens split over the threads
+  if (token_pairs_) {
+    b_->token_pairs.resize(size_t(kernels::token_pairs_size(T, in)));
+    const int64_t tiles = kernels::token_pair_tiles(T);
+    uint16_t* packed = b_->token_pairs.data();
 #pragma omp parallel for num_threads(int(std::min<int64_t>(threads, tiles))) schedule(static) if (threads > 1)
-    for (int64_t b = 0; b < tiles; ++b) kernels::amx_pack_tokens(x, T, in, packed, b, b + 1);
+    for (int64_t b = 0; b < tiles; ++b) kernels::pack_token_pairs(x, T, in, packed, b, b + 1);
   }
 }
 
@@ -261,17 +262,19 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   if (path == PrefillPath::AmxTiles) {
     Scratch& s = scratch();
     ensure(s.amx, kernels::amx_rows_scratch_bytes(in));
-    kernels::amx_rows(type, target.y, b_->amx_tokens.data(), weight, row_bytes, target.bias, T, in, out, begin, end,
+    kernels::amx_rows(type, target.y, b_->token_pairs.data(), weight, row_bytes, target.bias, T, in, out, begin, end,
                       s.amx.data());
     return;
   }
   if (path == PrefillPath::Bf16Dot) {
     Scratch& s = scratch();
-    ensure(s.bf16, kernels::bf16_rows_scratch_bytes());
-    kernels::bf16_rows(type, target.y, b_->bf16.data(), weight, row_bytes, target.bias, T, in, out, begin, end,
-                       s.bf16.data());
+    ensure(s.bf16, kernels::bf16_panel_rows_scratch_bytes(T));
+    kernels::bf16_panel_rows(type, target.y, b_->token_pairs.data(), weight, row_bytes, target.bias, T, in, out, begin,
+                             end, s.bf16.data());
     return;
   }
+  if (type == DType::BF16 && x_pairs_)  // decode: the stored words split into f32 halves
+    return k.one_token_bf16_pairs(target.y, b_->x_pairs.data(), weight, target.bias, in, begin, end);
   if (!dtype_is_quantized(type))  // f16, bf16: widened in registers
     return k.float_rows(type, target.y, x_, weight, target.bias, T, in, out, begin, end);
 

@@ -10,8 +10,9 @@
 //                 f16 widened in registers (F16C)          weight exact, x rounded to bf16); without
 //                                                          AMX, f32 panels as for f32 (exact)
 //   bf16          as f16, bf16 widened in registers        AMX tiles (tdpbf16ps) where the CPU has
-//                                                          them, else vdpbf16ps (AVX512-BF16), x
-//                                                          rounded to bf16; else f32 panels (exact)
+//                                                          them, else bf16 panels (vdpbf16ps,
+//                                                          AVX512-BF16), x rounded to bf16; else
+//                                                          f32 panels (exact)
 //   block types   x -> Q8_0 / Q8_K, integer dots           the same on panels dequantized to bf16;
 //                 (vpdpbusd on AVX512-VNNI, vpmaddubsw on   without AVX512-BF16 the token lanes of
 //                 AVX2; from a few tokens: all in register  batched decode, 16 tokens at a time
@@ -40,9 +41,9 @@ inline constexpr int64_t kSmallBatchTokens = 16;
 
 // How prefill multiplies weights of `type` with rows of `in` values on this CPU (the table's last
 // column): on AMX tiles (bf16, f16 and the block types, rows a multiple of 32), with AVX512-BF16 dot
-// products (bf16 and the block types), block types without either through the integer token-lane
-// kernel of batched decode, 16 tokens at a time (AVX2 and AVX512-VNNI: x quantized to 8 bits as
-// for decode), or in f32 (f32 weights, f16/bf16 without the bf16 instructions, and block types on a
+// products (bf16 and the block types, rows a multiple of 32: bf16_panel_rows), block types without
+// either through the integer token-lane kernel of batched decode, 16 tokens at a time (AVX2 and
+// AVX512-VNNI: x quantized to 8 bits as for decode), or in f32 (f32 weights, f16/bf16 without the bf16 instructions, and block types on a
 // CPU without AVX2). The two bf16 paths round x to bf16.
 enum class PrefillPath { F32, Bf16Dot, AmxTiles, Int8Lanes };
 PrefillPath prefill_path_of(DType type, int64_t in);
@@ -82,8 +83,8 @@ struct QuantizedInput {
 // The forms of x a product's weight types need, filled when a target needs them.
 struct PreparedBuffers {
   QuantizedInput q8_0, q8_k;
-  HugePageVector<uint16_t> bf16;        // [T, in] x rounded to bf16, for prefill on AVX512-BF16
-  HugePageVector<uint16_t> amx_tokens;  // [amx_packed_tokens_size(T, in)] bf16 in AMX token tiles
+  std::vector<float> x_pairs;            // [in] one token in pair order, BF16 decode (KernelTable::split_pairs)
+  HugePageVector<uint16_t> token_pairs;  // [token_pairs_size(T, in)] x as bf16 token tiles (AMX, AVX512-BF16)
   HugePageVector<float> token_columns;  // [T / panel_tokens rounded up, in, panel_tokens] f32 prefill (KernelTable::panel_rows)
   bool in_use = false;                  // a PreparedInput of this thread holds them
 };
@@ -108,8 +109,9 @@ class PreparedInput {
   std::unique_ptr<PreparedBuffers> own_;  // only when this thread's buffers are taken (nested use)
   PreparedBuffers* b_;                    // this thread's buffers, or own_
   bool token_lanes_ = false;  // b_->q8_0 / q8_k also laid out for dot_tokens: run_block takes that path
-  bool amx_ = false;          // a target's prefill path is PrefillPath::AmxTiles
+  bool token_pairs_ = false;  // a target's prefill path is PrefillPath::AmxTiles or Bf16Dot: x packed by pack_token_pairs
   bool lane_prefill_ = false; // a target's prefill path is PrefillPath::Int8Lanes
+  bool x_pairs_ = false;      // one token, a BF16 target: x split into pairs for one_token_bf16_pairs
   bool panels_ = false;       // a target's prefill path is PrefillPath::F32 on f32/f16/bf16 weights: x packed for panel_rows
 };
 

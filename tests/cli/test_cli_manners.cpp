@@ -41,6 +41,10 @@ Run run(const std::string& binary, const std::string& args) {
   return r;
 }
 Run journey(const std::string& args) { return run(JOURNEY_CLI, args); }
+// journey with one environment variable set (the kernel choices JOURNEY_CPU_ISA, JOURNEY_ROW_PREFETCH)
+Run journey_with(const std::string& variable, const std::string& value, const std::string& args) {
+  return run("/usr/bin/env", variable + "=" + value + " '" + std::string(JOURNEY_CLI) + "' " + args);
+}
 Run tracer(const std::string& args) { return run(JOURNEY_TRACE_TOOL, args); }
 
 bool has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
@@ -206,9 +210,7 @@ TEST_CASE("journey-trace render and report name the valid range of --layer and -
 }
 
 TEST_CASE("JOURNEY_CPU_ISA caps the kernels: the fallback a CPU without AVX-512 runs gives the same greedy text; a bad name is an error") {
-  auto capped = [](const std::string& level, const std::string& args) {
-    return run("/usr/bin/env", "JOURNEY_CPU_ISA=" + level + " '" + std::string(JOURNEY_CLI) + "' " + args);
-  };
+  auto capped = [](const std::string& level, const std::string& args) { return journey_with("JOURNEY_CPU_ISA", level, args); };
   const std::string prompt = "generate --model data/stories260K --device cpu --max-tokens 24 --temperature 0 \"Once upon a time\"";
   Run best = journey(prompt);
   REQUIRE(best.status == 0);
@@ -222,11 +224,28 @@ TEST_CASE("JOURNEY_CPU_ISA caps the kernels: the fallback a CPU without AVX-512 
   Run bench = capped("generic", "bench --model data/stories260K --runs 1 --prompt-tokens 4 --gen-tokens 2 --json");
   INFO(bench.err);
   REQUIRE(bench.status == 0);
-  CHECK(has(bench.out, "\"cpu_kernels\": \"generic (JOURNEY_CPU_ISA=generic)\""));
+  CHECK(has(bench.out, "\"cpu_kernels\": \"generic (JOURNEY_CPU_ISA=generic)"));  // (", row stream ..." may follow)
 
   Run bad = capped("sse9", prompt);
   CHECK(bad.status != 0);
   CHECK(has(bad.err, "JOURNEY_CPU_ISA='sse9' is not a kernel level; expected one of generic, avx2, avx512-vnni, avx512-bf16, amx"));
+}
+
+TEST_CASE("JOURNEY_ROW_PREFETCH turns the decode row stream's prefetch on or off: the same greedy text, the choice in bench's kernels; a bad value is an error") {
+  const std::string prompt = "generate --model data/stories260K --device cpu --max-tokens 24 --temperature 0 \"Once upon a time\"";
+  const std::string plain = journey(prompt).out;
+  REQUIRE(has(plain, "Once upon a time"));
+  for (const std::string value : {"on", "off"}) {
+    Run chosen = journey_with("JOURNEY_ROW_PREFETCH", value, prompt);
+    Run bench = journey_with("JOURNEY_ROW_PREFETCH", value, "bench --model data/stories260K --runs 1 --prompt-tokens 4 --gen-tokens 2 --json");
+    CAPTURE(value); INFO(chosen.err); INFO(bench.err);
+    CHECK((chosen.status == 0 && bench.status == 0));
+    CHECK(chosen.out == plain);  // a prefetch moves no number
+    CHECK(has(bench.out, ", row stream without prefetch\"") == (value == "off"));
+  }
+  Run bad = journey_with("JOURNEY_ROW_PREFETCH", "sometimes", prompt);
+  CHECK(bad.status != 0);
+  CHECK(has(bad.err, "JOURNEY_ROW_PREFETCH='sometimes' is not a choice; expected on or off"));
 }
 
 TEST_CASE("--mmap and --no-mmap place the weights; both give the same greedy text, and together they are a usage error") {

@@ -378,6 +378,42 @@ TEST_CASE("kernels: the f16 and bf16 small-batch kernels equal the f32 one on th
   }
 }
 
+TEST_CASE("kernels: BF16 decode on pairs (x split into even and odd inputs, the stored words halved) equals the product") {
+  for (Isa isa : supported_isas()) {
+    const cpu::kernels::KernelTable& k = cpu::kernels::table(isa);
+    for (int64_t blocks : {1, 3, 64}) {  // in = 1, 3, 64 blocks of pair_lanes: the tail block, and long rows
+      const int64_t in = blocks * k.pair_lanes, out = 21;
+      CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(in);
+      const auto x = scalar::random_vector(size_t(in), 91);
+      const auto values = scalar::random_vector(size_t(out * in), 92, 0.5f);
+      const auto bias = scalar::random_vector(size_t(out), 93);
+      std::vector<uint16_t> stored(values.size());
+      for (size_t i = 0; i < values.size(); ++i) stored[i] = f32_to_bf16(values[i]);
+      std::vector<float> pairs(size_t(in), NAN);
+      k.split_pairs(x.data(), in, pairs.data());
+      const int64_t begin = 2, end = out - 3;  // the rows outside stay as they were
+      std::vector<float> got(size_t(out), -7.0f);
+      k.one_token_bf16_pairs(got.data(), pairs.data(), stored.data(), bias.data(), in, begin, end);
+      for (int64_t o = 0; o < out; ++o) {
+        CAPTURE(o);
+        if (o < begin || o >= end) {
+          CHECK(got[size_t(o)] == -7.0f);
+          continue;
+        }
+        double exact = bias[size_t(o)], magnitude = std::abs(double(bias[size_t(o)]));
+        for (int64_t i = 0; i < in; ++i) {
+          const double product = double(x[size_t(i)]) * double(bf16_to_f32(stored[size_t(o * in + i)]));
+          exact += product;
+          magnitude += std::abs(product);
+        }
+        // exact products, f32 sums in another order: ~1e-7 of the magnitude (a weight met with the
+        // wrong input, or a dropped half, is off by far more)
+        CHECK(std::abs(got[size_t(o)] - exact) <= 1e-5 * magnitude);
+      }
+    }
+  }
+}
+
 TEST_CASE("kernels: the f32 panel prefill kernel (x packed by tokens, an outer-product micro-kernel) equals the product") {
   // T past one and two token blocks, `in` past one slice of 256 and not a multiple of any vector,
   // rows not a multiple of the micro-tile, a row range that starts and ends inside the matrix
@@ -441,8 +477,12 @@ TEST_CASE("kernels: the bf16 prefill kernels (AVX512-BF16, AMX tiles) equal a do
       for (int64_t T : {1, 17, 40}) {
         if (type == DType::F16 && !on_tiles) continue;  // F16 prefill: on AMX tiles only
 
-        // 4608: three slices of the AVX512-BF16 kernel; out = 70: two AMX panels of 32 rows and a part
-        for (auto [in, out] : {std::pair<int64_t, int64_t>{256, 13}, {2304, 7}, {4608, 3}, {256, 70}}) {
+        // 2304 and 4608: 9 and 18 slices of 256 inputs (bf16_panel_rows); out = 70: two AMX panels of
+        // 32 rows and a part, a 48-row panel and 22 rows (12 + 10) of the AVX512-BF16 kernel; in = 96
+        // and out = 100: a last slice shorter than 256, two full 48-row panels and 3 rows
+        for (auto [in, out] :
+             {std::pair<int64_t, int64_t>{256, 13}, {2304, 7}, {4608, 3}, {256, 70}, {96, 100}}) {
+          if (in % dtype_block_size(type) != 0) continue;  // K types: whole super-blocks of 256
           CAPTURE(on_tiles); CAPTURE(dtype_name(type)); CAPTURE(T); CAPTURE(in); CAPTURE(out);
           const auto x = scalar::random_vector(size_t(T * in), 31);
           const auto values = scalar::random_vector(size_t(out * in), 32, 0.5f);
@@ -450,22 +490,22 @@ TEST_CASE("kernels: the bf16 prefill kernels (AVX512-BF16, AMX tiles) equal a do
           const auto bytes = quantized(type, values);
           std::vector<float> w(values.size());
           quant::dequantize(type, bytes.data(), w.data(), int64_t(values.size()));
-          std::vector<uint16_t> xb(x.size());
-          cpu::kernels::to_bf16(x.data(), xb.data(), int64_t(x.size()));
+          std::vector<uint16_t> xb(x.size());  // x as the kernels round it (pack_token_pairs: nearest even)
+          for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
           const float sentinel = 12345.0f;
           std::vector<float> got(static_cast<size_t>(T * out), sentinel);
           const size_t row_bytes = size_t(dtype_bytes_for(type, in));
           // rows [1, out): row 0 must stay untouched
+          std::vector<uint16_t> packed(size_t(cpu::kernels::token_pairs_size(T, in)));
+          cpu::kernels::pack_token_pairs(x.data(), T, in, packed.data(), 0, cpu::kernels::token_pair_tiles(T));
           if (on_tiles) {
-            std::vector<uint16_t> packed(size_t(cpu::kernels::amx_packed_tokens_size(T, in)));
-            cpu::kernels::amx_pack_tokens(x.data(), T, in, packed.data(), 0, cpu::kernels::amx_token_tiles(T));
             std::vector<unsigned char> scratch(cpu::kernels::amx_rows_scratch_bytes(in));
             cpu::kernels::amx_rows(type, got.data(), packed.data(), bytes.data(), row_bytes, bias.data(), T, in, out,
                                    1, out, scratch.data());
           } else {
-            std::vector<unsigned char> scratch(cpu::kernels::bf16_rows_scratch_bytes());
-            cpu::kernels::bf16_rows(type, got.data(), xb.data(), bytes.data(), row_bytes, bias.data(), T, in, out, 1,
-                                    out, scratch.data());
+            std::vector<unsigned char> scratch(cpu::kernels::bf16_panel_rows_scratch_bytes(T));
+            cpu::kernels::bf16_panel_rows(type, got.data(), packed.data(), bytes.data(), row_bytes, bias.data(), T, in,
+                                          out, 1, out, scratch.data());
           }
           for (int64_t t = 0; t < T; ++t) {
             CHECK(got[size_t(t * out)] == sentinel);
