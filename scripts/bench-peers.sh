@@ -47,7 +47,9 @@ fi
 # llama.cpp's converter, from the same source distribution as the engine.
 sdist="$peers/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON"
 if [ ! -f "$sdist/vendor/llama.cpp/convert_hf_to_gguf.py" ]; then
-  "$python" -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_CPP_PYTHON" -d "$peers/sdist"
+  # (--no-binary for this package only: ":all:" also compiled its build requirements from source, for
+  # many minutes on 2 cores, where their wheels do)
+  "$python" -m pip download --quiet --no-deps --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_PYTHON" -d "$peers/sdist"
   tar -xzf "$peers/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz" -C "$peers/sdist"
 fi
 
