@@ -51,6 +51,45 @@ TEST_CASE("an AutoAWQ GEMM checkpoint loads as Q4_1 blocks with the weights Auto
   CHECK(sum2 > 0);
 }
 
+// tests/data/quantized/autoawq-tiny was written by AutoAWQ's own package (0.2.9: its search, its
+// WQLinear_GEMM.from_linear packing, its save_quantized), and autoawq-tiny-expected holds what AutoAWQ's
+// own code gives for it: every layer through packing_utils.dequantize_gemm (scales widened to f32, so
+// exact) and the logits of its quantized model (naive f16 path) for the tokens in tokens.json
+// (tools/quant/make_autoawq_fixture.sh; provenance in tests/data/quantized/PROVENANCE.md).
+TEST_CASE("a checkpoint written by AutoAWQ itself loads with the weights and logits AutoAWQ gives") {
+  const LoadedModel m = load_model(quant_data("autoawq-tiny"));
+  const fs::path expected_dir = quant_data("autoawq-tiny-expected");
+  int layers = 0;
+  for (const auto& entry : fs::directory_iterator(expected_dir)) {
+    const std::string file = entry.path().filename().string();
+    const std::string suffix = ".weight.npy";
+    if (file.size() <= suffix.size() || file.compare(file.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const std::string name = file.substr(0, file.size() - std::string(".npy").size());  // "model.layers.0.mlp.up_proj.weight"
+    INFO(name);
+    const TensorRef& w = m.weights.get(name);
+    const NpyArray expected = read_npy(entry.path());  // [out, in]
+    CHECK(w.dtype == DType::Q4_1);
+    CHECK(w.shape == expected.shape);
+    // journey's Q4_1 minimum is -scale * zero rounded to f16: the only difference allowed
+    CHECK(awq_weights_beyond_rounding(w, expected.f32) == 0);
+    ++layers;
+  }
+  CHECK(layers == 14);  // 2 layers x (q, k, v, o, gate, up, down)
+
+  std::ifstream in(expected_dir / "tokens.json");
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  const std::vector<int32_t> tokens = meta["tokens"].get<std::vector<int32_t>>();
+  const NpyArray autoawq = read_npy(expected_dir / "logits.npy");  // [T, vocab], computed by AutoAWQ in f16
+  REQUIRE(autoawq.shape.size() == 2);
+  const Logits expected{autoawq.shape[0], autoawq.shape[1], autoawq.f32};
+  const LogitsError e = compare_logits(reference_logits(m, tokens), expected);
+  MESSAGE("journey (f32 on the stored blocks) vs AutoAWQ (f16): ", e.describe());
+  // AutoAWQ multiplies in f16 (x.half() @ dequantize_gemm(...), f16 norms and residuals): its logits
+  // carry f16 rounding, ~1e-3 of their spread; a layer unpacked in the wrong order is off by ~1
+  CHECK(e.relative_rms < 1e-2);
+  CHECK(e.top1_agreement == 1.0);
+}
+
 TEST_CASE("AWQ unpacking: the nibble order of one int32 (AutoAWQ packs outputs 0,2,4,6,1,3,5,7)") {
   // outputs 0..7 of input 0 hold 1..8; zero point 0; scale 1 (so the weight is the integer itself)
   int32_t qweight = 0;

@@ -2,8 +2,10 @@
 """Writes tests/data/quantized/awq-tiny/: a tiny Hugging Face llama checkpoint in AutoAWQ's GEMM format,
 and the weights it holds, dequantized by a NumPy port of AutoAWQ's own unpacking code.
 
-AutoAWQ (casper-hansen/AutoAWQ, MIT) is not installable here (it needs PyTorch 2 and CUDA kernels), so
-the two pieces of it that define the format are re-implemented below, line for line from its source:
+The two pieces of AutoAWQ (casper-hansen/AutoAWQ, MIT) that define the format are re-implemented below,
+line for line from its source (AutoAWQ's own package writes and reads the other fixture, autoawq-tiny:
+make_autoawq_fixture.py; this port stays because it needs numpy only and also reads journey's own
+checkpoints):
   - packing, from awq/modules/linear/gemm.py (WQLinear_GEMM.from_linear): the int4 weights of input
     feature i and output features 8c..8c+7 go into the int32 qweight[i, c], output feature
     8c + order_map[s] in bits 4s..4s+3, order_map = [0, 2, 4, 6, 1, 3, 5, 7]; zeros likewise into
