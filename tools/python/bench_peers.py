@@ -2,12 +2,14 @@
 """journey and llama.cpp on the same GGUF files, alternating, one table. Run by scripts/bench-peers.sh,
 which builds llama-cpp-python and puts it (and llama.cpp's converter) on the path; see there.
 
-llama.cpp is timed the way `journey bench` times itself (src/cpu/bench.cpp): one warm-up
-token, then per run a prefill of --prompt-tokens random ids in one batch, then --gen-tokens greedy
+llama.cpp is timed the way `journey bench` times itself (src/cpu/bench.cpp): an untimed warm-up
+(a prefill of the same length and one decode step), then per run a prefill of --prompt-tokens random ids in one batch, then --gen-tokens greedy
 decode steps of one token each, the rate of each phase measured around it; the median over runs.
 The engines alternate run by run (journey run 1, llama.cpp run 1, journey run 2, ...), so that a
 change in the machine's load hits both. Threads: --threads for both (llama.cpp: n_threads and
-n_threads_batch). Both engines compute on the stored blocks (journey's fast CPU backend since issue #11:
+n_threads_batch). Memory: each engine's peak resident set in its own process (journey's
+`resident_peak_bytes`, measured by itself; llama.cpp runs in a forked child whose ru_maxrss is read,
+so the Python interpreter's ~0.03-0.1 GB are in its figure). Both engines compute on the stored blocks (journey's fast CPU backend since issue #11:
 docs/performance.md, "Weights as stored").
 
 The SmolLM2 comparison (greedy tokens and logits, --compare-steps steps): journey's greedy run is
@@ -18,6 +20,8 @@ agreement per step, and llama.cpp's own greedy tokens (free-running) against jou
 """
 import argparse
 import ctypes
+import multiprocessing
+import resource
 import json
 import os
 import shutil
@@ -90,14 +94,14 @@ def make_tinyllama_ggufs(rows, threads):
 # One measured run of each engine.
 
 def journey_run(journey, path, args):
-    """(prefill tok/s, decode tok/s) of one `journey bench --runs 1`, or raises with journey's message."""
+    """(prefill tok/s, decode tok/s, peak resident bytes) of one `journey bench --runs 1`, or raises with journey's message."""
     result = subprocess.run([journey, "bench", "--model", path, "--prompt-tokens", str(args.prompt_tokens),
                              "--gen-tokens", str(args.gen_tokens), "--threads", str(args.threads), "--runs", "1",
                              "--json"], capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"exit {result.returncode}")
     report = json.loads(result.stdout)
-    return report["prefill_tok_s"]["median"], report["decode_tok_s"]["median"]
+    return report["prefill_tok_s"]["median"], report["decode_tok_s"]["median"], report["resident_peak_bytes"]
 
 
 def last_logits(llm):
@@ -112,7 +116,8 @@ def llama_run(path, args, seed):
                 n_ubatch=args.prompt_tokens, n_threads=args.threads, n_threads_batch=args.threads, verbose=False)
     rng = np.random.default_rng(seed)
     prompt = [int(t) for t in rng.integers(0, llm.n_vocab(), args.prompt_tokens)]
-    llm.eval(prompt[:1])  # warm-up: touches every weight once
+    llm.eval(prompt)  # warm-up, as journey bench: a prefill of the same length and one decode step
+    llm.eval([int(np.argmax(last_logits(llm)))])
     llm.reset()
     t0 = time.perf_counter()
     llm.eval(prompt)
@@ -127,6 +132,26 @@ def llama_run(path, args, seed):
     return prefill, decode
 
 
+def _llama_child(path, args, seed, pipe):
+    try:
+        prefill, decode = llama_run(path, args, seed)
+        pipe.send((prefill, decode, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
+        pipe.send(e)
+
+
+def llama_run_isolated(path, args, seed):
+    """llama_run in a forked child: (prefill tok/s, decode tok/s, the child's peak resident bytes)."""
+    parent, child = multiprocessing.get_context("fork").Pipe()
+    process = multiprocessing.get_context("fork").Process(target=_llama_child, args=(path, args, seed, child))
+    process.start()
+    result = parent.recv()
+    process.join()
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
 def bench_row(name, path, args):
     row = {"row": name, "file": os.path.basename(path), "bytes": os.path.getsize(path)}
     journey_rates, llama_rates, unsupported = [], [], None
@@ -136,16 +161,18 @@ def bench_row(name, path, args):
                 journey_rates.append(journey_run(args.journey, path, args))
             except RuntimeError as e:
                 unsupported = str(e)
-        llama_rates.append(llama_run(path, args, seed=run))
+        llama_rates.append(llama_run_isolated(path, args, seed=run))
         log(f"  {name} run {run + 1}: journey {journey_rates[-1] if journey_rates and unsupported is None else unsupported}, "
             f"llama.cpp {llama_rates[-1]}")
     row["llama_prefill"] = statistics.median(r[0] for r in llama_rates)
     row["llama_decode"] = statistics.median(r[1] for r in llama_rates)
+    row["llama_peak"] = max(r[2] for r in llama_rates)
     if unsupported is not None:
         row["unsupported"] = unsupported
     else:
         row["journey_prefill"] = statistics.median(r[0] for r in journey_rates)
         row["journey_decode"] = statistics.median(r[1] for r in journey_rates)
+        row["journey_peak"] = max(r[2] for r in journey_rates)
     return row
 
 
@@ -155,18 +182,20 @@ def table(rows, args, load_before):
              f"{args.runs} alternating runs; tok/s; load average {load_before:.1f} at the start, {load_after:.1f} at the "
              f"end; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(default)')}",
              "",
-             "| row | file | MiB | prefill journey | prefill llama.cpp | journey / llama.cpp | decode journey | decode llama.cpp | journey / llama.cpp |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| row | file | MiB | prefill journey | prefill llama.cpp | journey / llama.cpp | decode journey | decode llama.cpp | "
+             "journey / llama.cpp | peak GB journey | peak GB llama.cpp |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         mib = f"{r['bytes'] / 2**20:.0f}"
         if "unsupported" in r:
             lines.append(f"| {r['row']} | {r['file']} | {mib} | unsupported | {r['llama_prefill']:.1f} | — | unsupported | "
-                         f"{r['llama_decode']:.2f} | — |")
-            lines.append(f"|  | journey: {r['unsupported']} |||||||| ")
+                         f"{r['llama_decode']:.2f} | — | — | {r['llama_peak'] / 1e9:.2f} |")
+            lines.append(f"|  | journey: {r['unsupported']} |||||||||| ")
         else:
             lines.append(f"| {r['row']} | {r['file']} | {mib} | {r['journey_prefill']:.1f} | {r['llama_prefill']:.1f} | "
                          f"{r['journey_prefill'] / r['llama_prefill']:.2f} | {r['journey_decode']:.2f} | "
-                         f"{r['llama_decode']:.2f} | {r['journey_decode'] / r['llama_decode']:.2f} |")
+                         f"{r['llama_decode']:.2f} | {r['journey_decode'] / r['llama_decode']:.2f} | "
+                         f"{r['journey_peak'] / 1e9:.2f} | {r['llama_peak'] / 1e9:.2f} |")
     return "\n".join(lines)
 
 
