@@ -36,13 +36,15 @@ DType kv_dtype_from_flag(const std::string& name) {
 // "\rloading weights  45%  1.0 / 2.2 GB  3.2 s" on stderr, only on a terminal and only once loading
 // has taken a second; the line is cleared when done.
 struct ProgressLine {
+  explicit ProgressLine(const char* what) : what(what) {}
+  const char* what;  // "loading weights", "widening weights to f32", ...
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   bool shown = false;
   bool terminal = isatty(STDERR_FILENO) != 0;
   void update(int64_t done, int64_t total) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!terminal || elapsed < 1.0 || total <= 0) return;
-    std::fprintf(stderr, "\rloading weights %3d%%  %.2f / %.2f GB  %.1f s ", int(100 * done / total), double(done) / 1e9,
+    std::fprintf(stderr, "\r%s %3d%%  %.2f / %.2f GB  %.1f s ", what, int(100 * done / total), double(done) / 1e9,
                  double(total) / 1e9, elapsed);
     std::fflush(stderr);
     shown = true;
@@ -222,9 +224,10 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::strin
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Backend> backend;
   if (device == "reference") {
-    backend = make_reference_backend(model);
+    ProgressLine progress("widening weights to f32");
+    backend = make_reference_backend(model, [&progress](int64_t done, int64_t total) { progress.update(done, total); });
   } else if (device == "cpu") {
-    ProgressLine progress;
+    ProgressLine progress("loading weights");
     CpuLoadReport report;
     const WeightPlacement placement = flags.mmap      ? WeightPlacement::InPlace
                                       : flags.no_mmap ? WeightPlacement::Copy

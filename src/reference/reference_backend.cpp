@@ -44,7 +44,7 @@ TraceTensor view(const Floats& buffer, std::vector<int64_t> shape) {
 
 class ReferenceBackend : public Backend {
  public:
-  explicit ReferenceBackend(const LoadedModel& model);
+  ReferenceBackend(const LoadedModel& model, const LoadProgress& on_progress);
 
   std::string name() const override { return "reference"; }
   std::string stored_weight_types() const override { return stored_weight_types_; }
@@ -60,11 +60,13 @@ class ReferenceBackend : public Backend {
 
  private:
   // One tensor of the model as f32, after checking that its shape is the one the config implies.
-  Floats load(const WeightStore& weights, WeightRole role, int layer = -1) const;
+  Floats load(const WeightStore& weights, WeightRole role, int layer = -1);
 
   ModelConfig config_;
   std::string stored_weight_types_;  // as the file stores them; this backend widens them to f32
   int64_t E_, F_, L_, H_, KVH_, D_, V_;  // hidden, FFN, layers, heads, KV heads, head_dim, vocabulary
+  LoadProgress on_progress_;             // told the stored bytes widened so far, of all the model's
+  int64_t widened_bytes_ = 0, stored_bytes_ = 0;
 
   Floats embed_tokens_;               // [V, E]
   std::vector<LayerWeights> layers_;  // [L]
@@ -75,17 +77,21 @@ class ReferenceBackend : public Backend {
   std::vector<Floats> k_pool_, v_pool_;  // [L] of [num_blocks, block_size, KVH, D]
 };
 
-Floats ReferenceBackend::load(const WeightStore& weights, WeightRole role, int layer) const {
+Floats ReferenceBackend::load(const WeightStore& weights, WeightRole role, int layer) {
   const WeightSpec spec = weight_spec(config_, role, layer);
   const TensorRef& t = weights.get(spec.name);
   if (t.shape != spec.shape)
     fail("tensor ", spec.name, " in ", t.source, ": expected shape ", shape_string(spec.shape),
          " (from the model config), found ", shape_string(t.shape));
-  return t.to_f32();
+  Floats values = t.to_f32();
+  widened_bytes_ += int64_t(t.nbytes);
+  if (on_progress_) on_progress_(widened_bytes_, stored_bytes_);
+  return values;
 }
 
-ReferenceBackend::ReferenceBackend(const LoadedModel& model)
-    : config_(model.config), stored_weight_types_(weight_type_summary(model.weights)) {
+ReferenceBackend::ReferenceBackend(const LoadedModel& model, const LoadProgress& on_progress)
+    : config_(model.config), stored_weight_types_(weight_type_summary(model.weights)), on_progress_(on_progress) {
+  for (const auto& [name, t] : model.weights.all()) stored_bytes_ += int64_t(t.nbytes);
   const ModelConfig& c = config_;
   D_ = validate_model_shape(c, model.path.empty() ? std::string("the model") : model.path.string());
   E_ = c.hidden_size, F_ = c.intermediate_size, L_ = c.num_layers, H_ = c.num_heads, KVH_ = c.num_kv_heads;
@@ -283,8 +289,8 @@ ForwardOutput ReferenceBackend::forward(const ForwardBatch& batch, TraceSink* si
 
 }  // namespace
 
-std::unique_ptr<Backend> make_reference_backend(const LoadedModel& model) {
-  return std::make_unique<ReferenceBackend>(model);
+std::unique_ptr<Backend> make_reference_backend(const LoadedModel& model, const LoadProgress& on_progress) {
+  return std::make_unique<ReferenceBackend>(model, on_progress);
 }
 
 }  // namespace journey
