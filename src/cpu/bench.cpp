@@ -331,7 +331,7 @@ std::string format_bench_table(const BenchResult& r) {
                 r.bandwidth_gb_s, r.bandwidth_runs_gb_s.min, r.bandwidth_runs_gb_s.max, r.gemm_gflop_s);
   out << line;
   std::snprintf(line, sizeof line,
-                "         dot-product peaks: f32 FMA %.0f GFLOP/s, bf16 (vdpbf16ps) %.0f GFLOP/s, int8 (vpdpbusd, AVX2: vpmaddubsw) %.0f "
+                "         dot-product peaks: f32 FMA %.0f GFLOP/s, bf16 (vdpbf16ps) %.0f GFLOP/s, int8 (vpdpbusd, AVX2: vpmaddubsw, Arm: sdot) %.0f "
                 "GOP/s, bf16 AMX tiles (tdpbf16ps) %.0f GFLOP/s (0 = not on this CPU, or capped by JOURNEY_CPU_ISA)\n",
                 r.f32_fma_gflop_s, r.bf16_dot_gflop_s, r.int8_dot_gop_s, r.amx_bf16_gflop_s);
   out << line;

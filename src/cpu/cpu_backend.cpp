@@ -15,6 +15,7 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 #include "core/error.h"
@@ -52,7 +53,12 @@ struct LayerWeights {
   StoredMatrix w_down;         // [E, F]
 };
 
+#if defined(__x86_64__) || !defined(__linux__)
 constexpr size_t kPage = 4096;
+#else
+// arm64 kernels run with 4, 16 or 64 KiB pages, and madvise takes whole ones: the running kernel's
+const size_t kPage = size_t(sysconf(_SC_PAGESIZE));
+#endif
 
 // Takes tensors from the store, checked against what the config implies (core/model_weights.h
 // names them and gives their shapes), places each matrix (in place, or a slot of `arena`), and

@@ -15,6 +15,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>  // getauxval(AT_HWCAP): HWCAP_ASIMDDP
+#endif
 
 namespace journey::cpu {
 
@@ -50,6 +53,13 @@ void amx_rows(DType type, float* y, const uint16_t* x_packed, const void* weight
               void* scratch);
 }  // namespace amx
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#define JOURNEY_KERNELS_NEON 1
+namespace neon {  // kernels_neon.cpp: the generic table with sdot integer dots
+const KernelTable& kernel_table();
+double peak_loop(int kind, int64_t iterations, float* sink);
+}  // namespace neon
+#endif
 
 bool supports(Isa isa) {
   switch (isa) {
@@ -60,6 +70,9 @@ bool supports(Isa isa) {
     case Isa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && supports(Isa::Avx2);
+#endif
+#ifdef JOURNEY_KERNELS_NEON
+    case Isa::NeonDot: return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
 #endif
     default: return false;
   }
@@ -94,6 +107,9 @@ Isa best_isa() {
     const int cap = isa_cap();
     if (cap >= 2 && supports(Isa::Avx512)) return Isa::Avx512;
     if (cap >= 1 && supports(Isa::Avx2)) return Isa::Avx2;
+#ifdef JOURNEY_KERNELS_NEON
+    if (cap >= 1 && supports(Isa::NeonDot)) return Isa::NeonDot;  // any cap but "generic" leaves it on
+#endif
     return Isa::Generic;
   }();
   return best;
@@ -169,6 +185,7 @@ const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::Avx512: return "avx512-vnni";
     case Isa::Avx2: return "avx2";
+    case Isa::NeonDot: return "neon-dotprod";
     default: return "generic";
   }
 }
@@ -178,6 +195,9 @@ const KernelTable& table(Isa isa) {
 #ifdef JOURNEY_KERNELS_X86
   if (isa == Isa::Avx512) return avx512::kernel_table();
   if (isa == Isa::Avx2) return avx2::kernel_table();
+#endif
+#ifdef JOURNEY_KERNELS_NEON
+  if (isa == Isa::NeonDot) return neon::kernel_table();
 #endif
   return generic::kernel_table();
 }
@@ -193,6 +213,9 @@ double peak_rate(PeakKind kind, double seconds) {
     if (kind == PeakKind::Int8Dot && best_isa() == Isa::Generic) return 0;
     if (best_isa() == Isa::Avx512) return avx512::peak_loop(k, iterations, sink);
     if (best_isa() == Isa::Avx2) return avx2::peak_loop(k, iterations, sink);
+#endif
+#ifdef JOURNEY_KERNELS_NEON
+    if (kind == PeakKind::Int8Dot) return best_isa() == Isa::NeonDot ? neon::peak_loop(k, iterations, sink) : 0;
 #endif
     return kind == PeakKind::F32Fma ? generic::peak_loop(k, iterations, sink) : 0;
   };

@@ -29,6 +29,7 @@ enum class Isa {
   Generic,  // x86-64 baseline (SSE2) or any other CPU: 4-float vectors, plain C++ integer dots
   Avx2,     // AVX2 + FMA + F16C: 8-float vectors
   Avx512,   // AVX-512 F/BW/VL + VNNI + F16C: 16-float vectors, vpdpbusd integer dots
+  NeonDot,  // aarch64 with Armv8.2 dotprod: Generic with sdot integer dots (kernels_neon.cpp)
 };
 
 // The best Isa this CPU supports, capped by the environment variable JOURNEY_CPU_ISA (generic, avx2,
@@ -183,8 +184,8 @@ inline bool has_fused_dot(DType type) { return dtype_is_quantized(type); }
 enum class PeakKind { F32Fma, Int8Dot, Bf16Dot, AmxBf16 };
 // Operations (2 per multiply-add) one thread does per second in a register-resident loop of the
 // instruction (f32 FMA of the best Isa, the int8 dot of the best Isa — AVX512-VNNI vpdpbusd, AVX2
-// vpmaddubsw + vpmaddwd —, AVX512-BF16 vdpbf16ps, AMX-BF16 tdpbf16ps on tiles), measured for about
-// `seconds`; 0 when the CPU lacks it.
+// vpmaddubsw + vpmaddwd, aarch64 dotprod sdot —, AVX512-BF16 vdpbf16ps, AMX-BF16 tdpbf16ps on
+// tiles), measured for about `seconds`; 0 when the CPU lacks it.
 double peak_rate(PeakKind kind, double seconds = 0.2);
 
 // ---- AVX512-BF16 (only when has_bf16_dot()) ---------------------------------------------------

@@ -27,7 +27,7 @@ const DType kBlockTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+  for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512, Isa::NeonDot}) {
     if (cpu::kernels::supports(isa)) isas.push_back(isa);
     else {
       const std::string lacking = "this CPU lacks " + std::string(cpu::kernels::isa_name(isa)) + "; not tested";
@@ -103,6 +103,45 @@ TEST_CASE("kernels: the integer dot products (unpacked, and fused for decode) eq
           k.dot_rows(type, bytes.data(), bytes.size(), 1, x, n, &fused);
           CHECK(std::abs(fused - want) <= 1e-5 * magnitude);
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("kernels: aarch64 dotprod's dot (sdot on q - 128) equals the generic dot bit for bit, extreme quants included") {
+  if (!cpu::kernels::supports(Isa::NeonDot)) {
+    MESSAGE("this CPU lacks neon-dotprod; not tested");
+    return;
+  }
+  const auto& generic = cpu::kernels::table(Isa::Generic);
+  const auto& neon = cpu::kernels::table(Isa::NeonDot);
+  const bool own_dot = neon.dot != generic.dot;  // (doctest prints no function pointers)
+  REQUIRE(own_dot);
+  // 35 groups: two chunks of 16 groups (the 4-group steps) and a tail of 3
+  for (int64_t n : {int64_t(32), int64_t(256), int64_t(560), int64_t(4352)}) {
+    for (int extreme = 0; extreme < 2; ++extreme) {
+      auto w_values = scalar::random_vector(size_t(n), 17, 0.5f);
+      auto x_values = scalar::random_vector(size_t(n), 18, 2.0f);
+      if (extreme)  // every quant at its largest magnitude, activations at +-127
+        for (size_t i = 0; i < size_t(n); ++i) w_values[i] = i % 2 ? 1.0f : -1.0f, x_values[i] = i % 3 ? 2.0f : -2.0f;
+      for (DType type : kBlockTypes) {
+        if (n % dtype_block_size(type) != 0) continue;
+        CAPTURE(n); CAPTURE(extreme); CAPTURE(dtype_name(type));
+        const auto bytes = quantized(type, w_values);
+        cpu::QuantizedInput qx;
+        qx.quantize(x_values.data(), 1, n, dtype_block_size(type) == 256 ? 256 : 32);
+        std::vector<uint8_t> q(static_cast<size_t>(n));
+        std::vector<float> s(static_cast<size_t>(n / 16)), o(static_cast<size_t>(n / 16));
+        generic.unpack_row(type, bytes.data(), n, q.data(), s.data(), o.data());
+        const cpu::kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
+        const int zero = cpu::kernels::unpacked_zero(type);
+        const bool has_offset = cpu::kernels::unpacked_has_offset(type);
+        const float want = generic.dot(q.data(), s.data(), o.data(), zero, has_offset, x, n);
+        const float got = neon.dot(q.data(), s.data(), o.data(), zero, has_offset, x, n);
+        uint32_t want_bits = 0, got_bits = 0;
+        std::memcpy(&want_bits, &want, 4);
+        std::memcpy(&got_bits, &got, 4);
+        CHECK(got_bits == want_bits);
       }
     }
   }
