@@ -6,13 +6,23 @@
 // calibration traces it records itself), prints a Q4_0 block and a Q4_K block byte by byte, the memory
 // table of Llama-2 7B / 70B from their config.json alone, the stage-by-stage comparison of one prompt
 // through every type (trace/compare.h, what `journey-trace diff` prints), and perplexity / KL over the
-// shipped text (engine/perplexity.h, what `journey perplexity` prints).
+// shipped text (engine/perplexity.h, what `journey perplexity` prints), and what the fast CPU backend
+// (`--device cpu`, cpu/cpu_backend.h) holds of each file and reads per decoded token.
 //
 // Its README shows this output, checked by the chapter's ctest (tools/book/update_outputs.py; decimal
 // numbers within 2 %, since f32 sums may round differently on other CPUs; words and integers exactly).
+//
+// `ch13_quantization --measure [--model PATH]...` times the types instead: each file loaded by the fast
+// CPU backend and run through `journey bench`'s measurement (cpu/bench.h): resident memory, prefill and
+// decode tok/s, and decode against the bandwidth ceiling of the bytes it reads per token. Without
+// --model it writes stories260K in F32, BF16, Q8_0, Q4_0 and Q4_K_M; with --model (repeatable) it
+// measures the files given, e.g. a TinyLlama-1.1B-shaped model in each type (README, section 6). Only
+// the columns computed from the files are checked; the timings are masked (everything after a '|').
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -27,6 +37,11 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/model_weights.h"
+#include "core/threads.h"
+#include "cpu/bench.h"
+#include "cpu/cpu_backend.h"
+#include "cpu/kernels.h"
+#include "cpu/process_memory.h"
 #include "engine/perplexity.h"
 #include "engine/traced_generation.h"
 #include "quant/awq_model.h"
@@ -270,6 +285,68 @@ void quality_table(const std::vector<Variant>& variants, const std::vector<int32
   std::printf("\n");
 }
 
+// ---- 6. what the fast CPU backend holds and reads per token; --measure times it --------------------------
+
+// A file as the fast CPU backend (`--device cpu`) loads it: what it holds and what a decode step reads,
+// from the library's own accounting, and the backend itself, for timing.
+struct CpuFootprint {
+  std::string types;              // the loaded tensors' types (weight_type_summary)
+  int64_t weights = 0;            // elements of the loaded tensors (the parameters)
+  int64_t file_bytes = 0;         // the model's weight files
+  int64_t held_bytes = 0;         // what make_cpu_backend keeps: matrices as stored, vectors in f32 (its CpuLoadReport)
+  double read_bytes = 0;          // what one decode step reads (decode_bytes_per_token, cpu/bench.h)
+  std::string prefill_path;       // the prefill's compute path on this CPU (prefill_path, cpu/bench.h)
+  int64_t resident_added = -1;    // VmRSS after loading minus before (measured: never in checked output)
+  std::unique_ptr<Backend> backend;
+};
+
+CpuFootprint load_on_cpu(const fs::path& path, int threads) {
+  CpuFootprint f;
+  const int64_t before = process_memory().resident;
+  {
+    const LoadedModel model = load_model(path);
+    for (const FileRole& file : model.files)
+      if (file.role == "weights") f.file_bytes += int64_t(file.bytes);
+    for (const auto& [name, t] : model.weights.all()) f.weights += t.numel();
+    f.types = weight_type_summary(model.weights);
+    f.read_bytes = decode_bytes_per_token(model.config, model.weights);
+    f.prefill_path = prefill_path(model.weights);
+    CpuLoadReport report;
+    CpuOptions options;
+    options.threads = threads;
+    options.report = &report;
+    f.backend = make_cpu_backend(model, options);
+    f.held_bytes = report.bytes_in_place + report.bytes_copied;
+  }  // the model is released here: the backend keeps what it multiplies (and the file mapping, if used in place)
+  f.resident_added = process_memory().resident - before;
+  return f;
+}
+
+void cpu_footprint_table(const std::vector<Variant>& variants) {
+  std::printf("6. What the fast CPU backend (--device cpu) holds of each file and what one decode step reads, in bytes, from the\n");
+  std::printf("   loaded weights (make_cpu_backend's load report, decode_bytes_per_token); --measure times the same files\n");
+  std::printf("    %-10s %11s %11s %12s %15s   %s\n", "type", "file", "held", "bits/weight", "read per token", "loaded as");
+  int64_t f32_weights = 0;
+  for (const Variant& v : variants) {
+    const CpuFootprint f = load_on_cpu(v.path, 1);
+    if (v.name == "F32") f32_weights = f.weights;
+    std::printf("    %-10s %11lld %11lld %12.2f %15.0f   %s\n", v.name.c_str(), (long long)f.file_bytes, (long long)f.held_bytes,
+        8.0 * double(f.held_bytes) / double(f.weights), f.read_bytes, f.types.c_str());
+  }
+  std::printf("    the reference backend of sections 3-5 widens every weight to f32 at load: 4 x %lld = %lld bytes, whatever the file\n\n",
+      (long long)f32_weights, 4 * (long long)f32_weights);
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
+  return "an unknown CPU";
+}
+
+double megabytes(double bytes) { return bytes / 1e6; }
+
 std::string type_counts(const quant::QuantizeReport& r) {
   std::string text;
   for (auto it = r.type_counts.rbegin(); it != r.type_counts.rend(); ++it)
@@ -277,11 +354,118 @@ std::string type_counts(const quant::QuantizeReport& r) {
   return text;
 }
 
+// stories260K as a GGUF file of `type` ("bf16", "q8_0", "q4_0", "q4_k_m"), through journey quantize's library.
+Variant write_gguf(const char* type, const fs::path& work) {
+  quant::QuantizeOptions q;
+  q.input = kModel;
+  q.output = work / cat("stories260K-", type, ".gguf");
+  q.type = type;
+  q.threads = 1;
+  const quant::QuantizeReport r = quant::quantize_model(q);
+  std::string name = type;
+  for (char& ch : name) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+  return {name, q.output, type_counts(r)};
+}
+
+// --measure: every file through the fast CPU backend and `journey bench`'s run_bench. Left of '|' what
+// the files determine (the README's block checks it), right of '|' what this run measured (masked there).
+int measure(const std::vector<std::string>& args) {
+  std::vector<Variant> models;
+  BenchOptions options;
+  options.threads = -1;  // not given: all cores for --model files, as journey bench; one thread for stories260K (below)
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto value = [&]() -> const std::string& {
+      if (i + 1 >= args.size()) fail(args[i], " needs a value");
+      return args[++i];
+    };
+    auto number = [&]() {
+      const std::string& v = value();
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end || n < 0 || n > 1000000) fail(args[i - 1], ": expected a count, found \"", v, "\"");
+      return int(n);
+    };
+    if (args[i] == "--model") {
+      const fs::path path = value();
+      const std::string name = path.filename().empty() ? path.parent_path().filename().string() : path.filename().string();
+      models.push_back({name, path, ""});
+    } else if (args[i] == "--threads") {
+      options.threads = number();
+    } else if (args[i] == "--prompt-tokens") {
+      options.prompt_tokens = number();
+    } else if (args[i] == "--gen-tokens") {
+      options.gen_tokens = number();
+    } else if (args[i] == "--runs") {
+      options.runs = number();
+    } else {
+      fail("unexpected argument ", args[i],
+          "; usage: ch13_quantization [--measure [--model PATH]... [--threads N] [--prompt-tokens N] [--gen-tokens N] [--runs N]]");
+    }
+  }
+  if (models.empty()) {  // the shipped stories260K in each GGUF type of section 5
+    const fs::path work = fs::temp_directory_path() / "journey-ch13-measure";
+    fs::remove_all(work);
+    fs::create_directories(work);
+    models.push_back({"F32", kModel, ""});
+    for (const char* type : {"bf16", "q8_0", "q4_0", "q4_k_m"}) models.push_back(write_gguf(type, work));
+    // 1 MB of weights: a step is a few dozen tiny products, and a second thread costs more than it
+    // gives, and far more on a machine shared with other jobs (each join waits for every thread)
+    if (options.threads < 0) options.threads = 1;
+  }
+  if (options.threads < 0) options.threads = 0;
+
+  const int64_t resident_before = process_memory().resident;
+  std::printf("--measure: speed and memory on the fast CPU backend (--device cpu), each file through journey bench's measurement:\n");
+  std::printf("   %d random prompt tokens, then %d greedy decode steps, median of %d runs, on %s. Before the bar: what\n",
+      options.prompt_tokens, options.gen_tokens, options.runs,
+      options.threads == 0 ? "all cores" : cat(options.threads, options.threads == 1 ? " thread" : " threads").c_str());
+  std::printf("   the files determine; after it: what this run measured. +resident = what loading added to VmRSS; ceiling =\n");
+  std::printf("   read bandwidth / read per token; decode/CPU-s = decode tok/s per CPU-second x threads (what the threads' own\n");
+  std::printf("   work reached, whatever else ran)\n");
+  int width = 6;  // the first column: as wide as the longest name
+  for (const Variant& m : models) width = std::max(width, int(m.name.size()));
+  std::printf("    %-*s %9s %9s %11s | %12s %13s %12s %13s %10s %12s  %s\n", width, "type", "file MB", "held MB", "read MB/tok",
+      "+resident MB", "prefill tok/s", "decode tok/s", "ceiling tok/s", "of ceiling", "decode/CPU-s", "prefill path");
+  std::vector<std::string> types;
+  std::vector<double> bandwidths;
+  double load_average = -1;  // the first run's, at its start (the machine may be shared)
+  for (const Variant& m : models) {
+    CpuFootprint f = load_on_cpu(m.path, options.threads);
+    BenchOptions o = options;
+    o.weight_bytes_per_token = f.read_bytes;
+    o.prefill_path = f.prefill_path;
+    const BenchResult r = run_bench(*f.backend, o);
+    f.backend.reset();
+    bandwidths.push_back(r.bandwidth_gb_s);
+    if (load_average < 0) load_average = r.load_average;
+    types.push_back(f.types);
+    std::printf("    %-*s %9.3f %9.3f %11.3f | %12.1f %13.1f %12.1f %13.1f %9.1f%% %12.1f  %s\n", width, m.name.c_str(),
+        megabytes(double(f.file_bytes)), megabytes(double(f.held_bytes)), megabytes(f.read_bytes),
+        megabytes(double(f.resident_added)), r.prefill_tok_s.median, r.decode_tok_s.median, r.decode_ceiling_tok_s(),
+        100.0 * r.decode_tok_s.median / r.decode_ceiling_tok_s(), r.decode_cpu_tok_s.median, r.prefill_path.c_str());
+    std::fflush(stdout);
+  }
+  std::printf("    loaded as:\n");
+  for (size_t i = 0; i < models.size(); ++i) std::printf("      %-*s %s\n", width, models[i].name.c_str(), types[i].c_str());
+  std::sort(bandwidths.begin(), bandwidths.end());
+  char date[16];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  const int threads = resolve_threads(options.threads);
+  std::printf("    machine | %s, %d thread%s, %s kernels; read bandwidth %.1f GB/s (median of the files' probes)\n"
+              "            | load average %.2f at the start; resident %.0f MB before loading; %s\n",
+      cpu_model_name().c_str(), threads, threads == 1 ? "" : "s", cpu::kernels::kernel_choice().c_str(),
+      bandwidths[bandwidths.size() / 2], load_average, megabytes(double(resident_before)), date);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    if (argc > 1) fail("unexpected argument ", argv[1], ": the chapter runs on the shipped stories260K and takes none");
+    if (argc > 1 && std::string(argv[1]) == "--measure") return measure(std::vector<std::string>(argv + 2, argv + argc));
+    if (argc > 1)
+      fail("unexpected argument ", argv[1], ": the chapter runs on the shipped stories260K and takes none (or --measure, see its README)");
     const fs::path work = fs::temp_directory_path() / "journey-ch13";
     fs::remove_all(work);
     fs::create_directories(work);
@@ -291,17 +475,7 @@ int main(int argc, char** argv) {
     // the files: GGUF types through journey quantize's library, AWQ / RTN INT4 through AWQ's
     std::vector<Variant> variants = {{"F32", kModel, "F32 (the Hugging Face directory)"}};
     quant::AwqQuantizeReport awq;
-    for (const char* type : {"bf16", "q8_0", "q4_0", "q4_k_m"}) {
-      quant::QuantizeOptions q;
-      q.input = kModel;
-      q.output = work / cat("stories260K-", type, ".gguf");
-      q.type = type;
-      q.threads = 1;
-      const quant::QuantizeReport r = quant::quantize_model(q);
-      std::string name = type;
-      for (char& ch : name) ch = char(std::toupper(static_cast<unsigned char>(ch)));
-      variants.push_back({name, q.output, type_counts(r)});
-    }
+    for (const char* type : {"bf16", "q8_0", "q4_0", "q4_k_m"}) variants.push_back(write_gguf(type, work));
     {
       const std::vector<int> ids = tokenizer->encode(read_whole_file(kSource / "data/texts/calibration-original.txt"), true, false);
       std::vector<std::vector<int32_t>> windows;  // the calibration text in windows of 256 tokens, BOS first
@@ -335,6 +509,7 @@ int main(int argc, char** argv) {
     stage_by_stage(traced, std::vector<int32_t>(prompt_ids.begin(), prompt_ids.end()), work);
     const std::vector<int> text_ids = tokenizer->encode(read_whole_file(kSource / "data/texts/tinystories-original.txt"), true, false);
     quality_table(variants, std::vector<int32_t>(text_ids.begin(), text_ids.end()), work);
+    cpu_footprint_table(variants);
 
     return 0;
   } catch (const std::exception& e) {
