@@ -15,7 +15,7 @@
 #
 # Usage: scripts/check-aarch64.sh [--no-tests] [--full]
 #   --no-tests  build the CLI only, and check it (no test programs)
-#   --full      also test_backends' "planted bug" cases (harness self-checks; +10 min under qemu)
+#   --full      also test_backends' "planted bug" cases (harness self-checks; +11 min under qemu)
 # Environment: JOURNEY_X86_CLI  the x86-64 journey to compare with (default build/src/cli/journey;
 #                               without one those comparisons are skipped and the script says so)
 #              JOBS             parallel compile jobs (default 2)
