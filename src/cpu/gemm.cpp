@@ -168,7 +168,6 @@ bool choose_row_stream_prefetch() {
 }  // namespace
 
 const bool kRowStreamPrefetch = choose_row_stream_prefetch();
-bool row_stream_prefetch() { return kRowStreamPrefetch; }
 
 std::string kernel_choice() {
   if (row_prefetch_override() == -2)

@@ -58,9 +58,7 @@ std::string kernel_choice();
 // the VM's noise; the fused dots' prefetch measured neither better nor worse off there), so AMD CPUs
 // with AVX-512 leave the stream to the hardware prefetcher
 // (docs/performance.md, "The AMD Zen 4 VM"). JOURNEY_ROW_PREFETCH=on|off overrides the choice;
-// another value is an error at kernel_choice().
-bool row_stream_prefetch();
-// row_stream_prefetch(), as the kernels read it at every step (set before main).
+// another value is an error at kernel_choice(). Set before main; the kernels read it at every step.
 extern const bool kRowStreamPrefetch;
 
 // The zero point z and whether the type has per-group offsets o (a minimum) after unpacking.

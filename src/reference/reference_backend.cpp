@@ -126,6 +126,7 @@ ReferenceBackend::ReferenceBackend(const LoadedModel& model, const LoadProgress&
   // tied embeddings: the LM head is the embedding matrix (logits = h embed_tokens^T)
   const bool tied = c.tie_word_embeddings && !w.has(weight_spec(c, WeightRole::lm_head).name);
   lm_head_ = tied ? embed_tokens_ : load(w, WeightRole::lm_head);
+  on_progress_ = nullptr;  // it may refer to the caller's stack; loading is over
 }
 
 void ReferenceBackend::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
