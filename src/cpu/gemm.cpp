@@ -159,8 +159,8 @@ bool choose_row_stream_prefetch() {
   if (forced >= 0) return forced == 1;
 #ifdef JOURNEY_KERNELS_X86
   __builtin_cpu_init();  // this runs among the static constructors, possibly before libgcc's own
-  // AMD with AVX-512 (Zen 4 and later): the hardware prefetcher alone streams faster (kernels.h)
-  return !(__builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f"));
+  // AMD (Zen 3 and Zen 4 measured): the hardware prefetcher alone streams faster (kernels.h)
+  return !__builtin_cpu_is("amd");
 #else
   return true;
 #endif
