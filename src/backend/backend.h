@@ -7,6 +7,7 @@
 // A contiguous per-sequence cache is the special case of one sequence owning blocks 0, 1, 2, ...
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -87,6 +88,10 @@ inline void validate_forward_batch(const ForwardBatch& batch, const ModelConfig&
              ", outside the pool [0, ", num_blocks, ")");
   }
 }
+
+// Told (bytes done, bytes in all) while a backend loads its weights, for a progress line
+// (cli/backend_select.cpp's ProgressLine: on a terminal, when loading takes over a second). Called on the loading thread.
+using LoadProgress = std::function<void(int64_t done, int64_t total)>;
 
 class Backend {
  public:

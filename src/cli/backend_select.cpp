@@ -260,6 +260,8 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::strin
       options.device = world->rank() % devices;
       options.communicator = world;
     }
+    ProgressLine progress("uploading weights");
+    options.on_load_progress = [&progress](int64_t done, int64_t total) { progress.update(done, total); };
     std::unique_ptr<CudaBackend> cuda = make_cuda_backend(model, options);
     const std::string transport = cuda->stats().tp_transport;
     backend = std::move(cuda);

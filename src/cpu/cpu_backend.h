@@ -42,7 +42,7 @@ struct CpuOptions {
   DType kv_dtype = DType::F32;
   WeightPlacement weights = WeightPlacement::Auto;  // --mmap: InPlace, --no-mmap: Copy
   // Called while the weights' pages are brought into memory: bytes done, bytes in all.
-  std::function<void(int64_t done, int64_t total)> on_load_progress = nullptr;
+  LoadProgress on_load_progress = nullptr;
   CpuLoadReport* report = nullptr;  // filled when given
   // Tensor parallelism (parallel/shard.h): with a communicator of size n > 1 this backend holds
   // rank communicator->rank()'s shard of the model (its heads, KV heads, FFN columns, vocabulary

@@ -394,9 +394,15 @@ CudaBackendImpl::CudaBackendImpl(const LoadedModel& model, const CudaOptions& op
   const WeightStore& w = model.weights;
   const DType type = options.dtype;
   const bool keep = options.keep_quantized;
-  // The whole tensor, checked against the config's shape.
+  int64_t stored_bytes = 0, uploaded_bytes = 0;  // of all the model's tensors, for the progress line
+  for (const auto& [name, t] : w.all()) stored_bytes += int64_t(t.nbytes);
+  // The whole tensor, checked against the config's shape; counted as uploaded once asked for (the
+  // upload follows at once), so the line reaches the total with the last one.
   auto tensor = [&](const std::string& name, const std::vector<int64_t>& shape) -> const TensorRef& {
-    return checked_tensor(w, name, shape);
+    const TensorRef& t = checked_tensor(w, name, shape);
+    uploaded_bytes += int64_t(t.nbytes);
+    if (options.on_load_progress) options.on_load_progress(std::min(uploaded_bytes, stored_bytes), stored_bytes);
+    return t;
   };
   // This rank's output rows / input columns of a matrix (the whole matrix without tensor parallelism).
   auto rows = [&](const std::string& name, const std::vector<int64_t>& shape, int64_t begin, int64_t n) {
@@ -459,6 +465,7 @@ CudaBackendImpl::CudaBackendImpl(const LoadedModel& model, const CudaOptions& op
     need(lw.w_gate, F_, E_), need(lw.w_up, F_, E_), need(lw.w_down, E_, F_);
   }
   if (scratch > 0) weight_scratch_.grow(scratch);
+  options_.on_load_progress = nullptr;  // it may refer to the caller's stack; loading is over
 }
 
 CudaBackendImpl::~CudaBackendImpl() {

@@ -47,6 +47,9 @@ struct CudaOptions {
   // How the collectives travel (parallel/device_transport.h): "auto" (NCCL when every rank has a
   // GPU of its own, else host-staged over the communicator), "nccl" or "host-staged".
   std::string tp_transport = "auto";
+  // Told the stored bytes of the tensors uploaded so far, of all the model's, while the weights
+  // are converted and copied to the device (a 1.1B file takes seconds). Forgotten once loaded.
+  LoadProgress on_load_progress = nullptr;
 };
 
 // What the backend did, for benchmarks and tests: which road each forward step took.

@@ -6,7 +6,6 @@
 // point as the others; speed is not its job (one thread, f32, Eigen).
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <memory>
 
 #include "assets/model.h"
@@ -14,11 +13,9 @@
 
 namespace journey {
 
-// Told (bytes done, bytes in all) as the stored weights are widened, for a progress line.
-using LoadProgress = std::function<void(int64_t done, int64_t total)>;
-
 // Widens every weight to f32 (the model may be released afterwards) after checking its shape
-// against the config (core/model_weights.h); throws journey::Error naming the tensor.
+// against the config (core/model_weights.h), telling on_progress the stored bytes widened so far;
+// throws journey::Error naming the tensor.
 std::unique_ptr<Backend> make_reference_backend(const LoadedModel& model, const LoadProgress& on_progress = {});
 
 }  // namespace journey
