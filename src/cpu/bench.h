@@ -99,9 +99,12 @@ struct BenchResult {
   // whose rates the host's memory and GEMM say nothing about; then no rate is set against them.
   bool ceilings_measured = false;
   std::string ceilings_skipped_why;   // said instead when not measured; empty: a GPU's rates
-  // This process's resident memory (bytes, /proc/self/status): after loading (before the KV cache),
-  // and the peak (VmHWM) at the end, KV cache and buffers included; -1 where unknown.
-  int64_t resident_after_load = -1, resident_peak = -1, model_file_bytes = 0;
+  // This process's resident memory (bytes, /proc/self/status): after loading (before the KV cache);
+  // the engine's peak (VmHWM after the warm-up, whose prefill and decode step have the measured
+  // lengths, so the KV cache and every buffer are in, and before the bandwidth probe and the GEMM
+  // ceilings take their own memory): what a user of the engine needs, the figure set beside other
+  // engines; and the peak at the end, all of that included. -1 where unknown.
+  int64_t resident_after_load = -1, resident_engine_peak = -1, resident_peak = -1, model_file_bytes = 0;
   std::string weight_types;           // e.g. "q4_K x 133, q6_K x 23, f32 x 45"
   std::string cpu_kernels;            // --device cpu: kernels::kernel_choice(), e.g. "avx512-vnni + avx512-bf16 prefill"
 };

@@ -3,6 +3,8 @@
 // embeddings are tied and double as the LM head.
 #include <doctest/doctest.h>
 
+#include <fstream>
+
 #include "core/error.h"
 #include "reference/random_model.h"
 #include "cpu/bench.h"
@@ -57,6 +59,24 @@ TEST_CASE("bench: with the ceilings measured, every run's decode has its own ban
   CHECK(json["ceilings_measured"] == true);
   const std::string table = format_bench_table(r);
   CHECK(table.find("each run against its own probe") != std::string::npos);
+}
+
+TEST_CASE("bench: the engine's peak memory is taken before the bandwidth probe's buffer, the final peak after") {
+  // The peer table (tools/python/bench_peers.py) sets the engine's peak beside llama.cpp's: the 2 GiB
+  // probe must not be in it. Linux resets this process's VmHWM when "5" is written to clear_refs,
+  // so the probe's pages (written once, all resident) must show in the final peak only.
+  auto backend = make_cpu_backend(testmodel::random_model("llama"), {.threads = 1});
+  const size_t probe_bytes = size_t(128) << 20;
+  const bool reset = bool(std::ofstream("/proc/self/clear_refs") << "5");
+  BenchResult r = run_bench(*backend, {.prompt_tokens = 4, .gen_tokens = 2, .threads = 1, .runs = 1,
+                                       .measure_ceilings = true, .probe_bytes = probe_bytes});
+  REQUIRE(r.resident_engine_peak > 0);
+  CHECK(r.resident_after_load <= r.resident_engine_peak);
+  CHECK(r.resident_engine_peak <= r.resident_peak);
+  if (reset) CHECK(r.resident_peak - r.resident_engine_peak >= int64_t(probe_bytes) * 9 / 10);
+  else MESSAGE("/proc/self/clear_refs not writable here: the peak could not be reset, the probe's share is not checked");
+  CHECK(bench_json(r)["resident_engine_peak_bytes"] == r.resident_engine_peak);
+  CHECK(format_bench_table(r).find("peak ") != std::string::npos);
 }
 
 TEST_CASE("bench: a ReadBandwidthProbe can be measured again and again") {

@@ -8,7 +8,8 @@ decode steps of one token each, the rate of each phase measured around it; the m
 The engines alternate run by run (journey run 1, llama.cpp run 1, journey run 2, ...), so that a
 change in the machine's load hits both. Threads: --threads for both (llama.cpp: n_threads and
 n_threads_batch). Memory: each engine's peak resident set in its own process (journey's
-`resident_peak_bytes`, measured by itself; llama.cpp runs in a forked child whose ru_maxrss is read,
+`resident_engine_peak_bytes`, measured by itself after the warm-up, before its bandwidth probe's
+2 GiB and the GEMM ceilings; llama.cpp runs in a forked child whose ru_maxrss is read,
 so the Python interpreter's ~0.03-0.1 GB are in its figure). Both engines compute on the stored blocks (journey's fast CPU backend since issue #11:
 docs/performance.md, "Weights as stored").
 
@@ -101,7 +102,7 @@ def journey_run(journey, path, args):
     if result.returncode != 0:
         raise RuntimeError(result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"exit {result.returncode}")
     report = json.loads(result.stdout)
-    return report["prefill_tok_s"]["median"], report["decode_tok_s"]["median"], report["resident_peak_bytes"]
+    return report["prefill_tok_s"]["median"], report["decode_tok_s"]["median"], report["resident_engine_peak_bytes"]
 
 
 def last_logits(llm):
