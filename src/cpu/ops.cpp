@@ -33,57 +33,51 @@ using ConstMatrixMap = Eigen::Map<const RowMatrix>;
 using VectorMap = Eigen::Map<Eigen::VectorXf>;
 using ConstVectorMap = Eigen::Map<const Eigen::VectorXf>;
 
-// Attention for one sequence, with K/V rows fetched by key_row(p, kv_head, buffer) /
-// value_row(p, kv_head, buffer) (a pointer to D floats: into the cache, or, when `widens`, into
-// `buffer` [D] where the row is stored in another type and widened): the one loop both
-// attention() and paged_attention() run, so they cannot drift apart.
+// Attention for one sequence, with K/V rows at key_row(p, kv_head) / value_row(p, kv_head) (D
+// values of type k_type / v_type where they lie in the cache: f32, f16, bf16 or q8_0, widened by the
+// kernels as they read them): the one loop both attention() and paged_attention() run, so they
+// cannot drift apart.
 //
-// Every row is fetched once per call, not once per (query head, query) — a 128-token prefill of
+// Every row is looked up once per call, not once per (query head, query) — a 128-token prefill of
 // the 1.1B shape looked each row up ~1000 times (attention 26.6 -> 19.4 ms of a 184 ms prefill) —
 // into tables of row addresses [kv heads, P] shared by the H / KVH query heads of a kv head and by
-// every query. Rows used in place: all kv heads at once. Rows widened: one kv head at a time, so
-// the widened copy [2, P, D] stays the size of one head's K and V however long the context.
+// every query.
 template <typename KeyRow, typename ValueRow>
-void attention_core(float* context, const float* q, KeyRow key_row, ValueRow value_row, bool widens, int64_t T,
-                    int64_t start, int64_t H, int64_t KVH, int64_t D, float* scores_out, float* weights_out,
-                    int threads) {
+void attention_core(float* context, const float* q, KeyRow key_row, DType k_type, ValueRow value_row, DType v_type,
+                    int64_t T, int64_t start, int64_t H, int64_t KVH, int64_t D, float* scores_out,
+                    float* weights_out, int threads) {
   const int64_t P = start + T;
   const int64_t group = H / KVH;  // query heads per kv head
   const float scale = 1.0f / std::sqrt(float(D));
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const kernels::KernelTable& k = kernels::table(kernels::best_isa());  // the dot products at the CPU's width
-  const int64_t heads_at_once = widens ? 1 : KVH;
-  std::vector<const float*> key_rows(size_t(heads_at_once * P)), value_rows(size_t(heads_at_once * P));  // [n, P]
-  std::unique_ptr<float[]> widened(widens ? new float[size_t(2 * P * D)] : nullptr);  // [2, P, D]: K, V
-  for (int64_t kv0 = 0; kv0 < KVH; kv0 += heads_at_once) {
+  std::vector<const void*> key_rows(size_t(KVH * P)), value_rows(size_t(KVH * P));  // [KVH, P]
 #pragma omp parallel num_threads(threads)
-    {
+  {
 #pragma omp for collapse(2) schedule(static)
-      for (int64_t n = 0; n < heads_at_once; ++n)
-        for (int64_t p = 0; p < P; ++p) {
-          const size_t at = size_t(n * P + p);
-          key_rows[at] = key_row(p, kv0 + n, widened.get() + at * D);
-          value_rows[at] = value_row(p, kv0 + n, widened.get() + (size_t(P) + at) * D);
-        }
-      // (the implicit barrier: every row is in place before any query reads it)
-      HugePageFloats row(static_cast<size_t>(P));  // [P] scores, then weights, of one (head, query); aligned
+    for (int64_t n = 0; n < KVH; ++n)
+      for (int64_t p = 0; p < P; ++p) {
+        key_rows[size_t(n * P + p)] = key_row(p, n);
+        value_rows[size_t(n * P + p)] = value_row(p, n);
+      }
+    // (the implicit barrier: every row's address is in place before any query reads it)
+    HugePageFloats row(static_cast<size_t>(P));  // [P] scores, then weights, of one (head, query); aligned
 #pragma omp for collapse(2) schedule(static)
-      for (int64_t h = kv0 * group; h < (kv0 + heads_at_once) * group; ++h) {
-        for (int64_t t = 0; t < T; ++t) {
-          const int64_t n = h / group - kv0;  // the kv head's rows in the tables
-          const int64_t last = start + t;     // causal: attend positions [0, last]
-          const float* query = q + (t * H + h) * D;  // [D]
-          // scores = q.k / sqrt(D), -inf after the query's own position
-          k.attention_scores(query, key_rows.data() + n * P, last + 1, D, scale, row.data());
-          for (int64_t p = last + 1; p < P; ++p) row[p] = neg_inf;
-          if (scores_out) std::memcpy(scores_out + (h * T + t) * P, row.data(), sizeof(float) * P);
-          // weights = softmax(scores) over the positions attended; the masked ones are exactly 0
-          k.softmax_row(row.data(), last + 1);
-          for (int64_t p = last + 1; p < P; ++p) row[p] = 0.0f;
-          if (weights_out) std::memcpy(weights_out + (h * T + t) * P, row.data(), sizeof(float) * P);
-          // context = sum_p weights[p] * v[p]
-          k.attention_mix(row.data(), value_rows.data() + n * P, last + 1, D, context + t * H * D + h * D);
-        }
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t n = h / group;     // the kv head's rows in the tables
+        const int64_t last = start + t;  // causal: attend positions [0, last]
+        const float* query = q + (t * H + h) * D;  // [D]
+        // scores = q.k / sqrt(D), -inf after the query's own position
+        k.attention_scores(k_type, query, key_rows.data() + n * P, last + 1, D, scale, row.data());
+        for (int64_t p = last + 1; p < P; ++p) row[p] = neg_inf;
+        if (scores_out) std::memcpy(scores_out + (h * T + t) * P, row.data(), sizeof(float) * P);
+        // weights = softmax(scores) over the positions attended; the masked ones are exactly 0
+        k.softmax_row(row.data(), last + 1);
+        for (int64_t p = last + 1; p < P; ++p) row[p] = 0.0f;
+        if (weights_out) std::memcpy(weights_out + (h * T + t) * P, row.data(), sizeof(float) * P);
+        // context = sum_p weights[p] * v[p]
+        k.attention_mix(v_type, row.data(), value_rows.data() + n * P, last + 1, D, context + t * H * D + h * D);
       }
     }
   }
@@ -205,9 +199,9 @@ void residual_add(float* out, const float* a, const float* b, int64_t n) {
 
 void attention(float* context, const float* q, const float* k, const float* v, int64_t T, int64_t start, int64_t H,
                int64_t KVH, int64_t D, float* scores_out, float* weights_out, int threads) {
-  auto key_row = [&](int64_t p, int64_t kv_head, float*) { return k + (p * KVH + kv_head) * D; };
-  auto value_row = [&](int64_t p, int64_t kv_head, float*) { return v + (p * KVH + kv_head) * D; };
-  attention_core(context, q, key_row, value_row, /*widens=*/false, T, start, H, KVH, D, scores_out, weights_out,
+  auto key_row = [&](int64_t p, int64_t kv_head) { return k + (p * KVH + kv_head) * D; };
+  auto value_row = [&](int64_t p, int64_t kv_head) { return v + (p * KVH + kv_head) * D; };
+  attention_core(context, q, key_row, DType::F32, value_row, DType::F32, T, start, H, KVH, D, scores_out, weights_out,
                  threads);
 }
 
@@ -243,18 +237,15 @@ void paged_attention(float* context, const float* q, KvPool k_pool, KvPool v_poo
   const int64_t P = start + T;
   std::vector<int64_t> slot(static_cast<size_t>(P));  // [P] position -> slot in the pool
   for (int64_t p = 0; p < P; ++p) slot[size_t(p)] = int64_t(block_table[p / block_size]) * block_size + p % block_size;
-  // one head's row of a slot: f32 in place, other types widened into the caller's buffer [D]
-  auto fetch = [&](KvPool pool, int64_t p, int64_t kv_head, float* buffer) -> const float* {
+  // one head's row of a slot, in the pool's type, where it lies
+  auto row_of = [&](KvPool pool, int64_t p, int64_t kv_head) -> const void* {
     const int64_t element = slot[size_t(p)] * KVH * D + kv_head * D;  // index of the row's first value
-    if (pool.type == DType::F32) return static_cast<const float*>(pool.data) + element;
-    quant::dequantize(pool.type, static_cast<const std::byte*>(pool.data) + dtype_bytes_for(pool.type, element),
-                      buffer, D);
-    return buffer;
+    return static_cast<const std::byte*>(pool.data) + dtype_bytes_for(pool.type, element);
   };
-  auto key_row = [&](int64_t p, int64_t kv_head, float* buffer) { return fetch(k_pool, p, kv_head, buffer); };
-  auto value_row = [&](int64_t p, int64_t kv_head, float* buffer) { return fetch(v_pool, p, kv_head, buffer); };
-  const bool widens = k_pool.type != DType::F32 || v_pool.type != DType::F32;
-  attention_core(context, q, key_row, value_row, widens, T, start, H, KVH, D, scores_out, weights_out, threads);
+  auto key_row = [&](int64_t p, int64_t kv_head) { return row_of(k_pool, p, kv_head); };
+  auto value_row = [&](int64_t p, int64_t kv_head) { return row_of(v_pool, p, kv_head); };
+  attention_core(context, q, key_row, k_pool.type, value_row, v_pool.type, T, start, H, KVH, D, scores_out,
+                 weights_out, threads);
 }
 
 }  // namespace journey::cpu

@@ -660,3 +660,49 @@ TEST_CASE("kernels: softmax_row and silu_mul equal double-precision exp within 4
     }
   }
 }
+
+TEST_CASE("kernels: attention over an f16, bf16 or q8_0 KV cache read in place equals attention over the rows widened first, bit for bit") {
+  // The fast backend's paged attention passes the cached rows as stored; the kernels widen each
+  // value as quant::dequantize does, so the scores and the mix must be the f32 kernels' on the
+  // dequantized rows exactly. D = 68 leaves a tail after the vector lanes (f16 / bf16; Q8_0 needs
+  // whole blocks of 32); 37 positions leave a partial group of rows.
+  for (Isa isa : supported_isas()) {
+    const auto& k = cpu::kernels::table(isa);
+    CAPTURE(cpu::kernels::isa_name(isa));
+    for (DType type : {DType::F16, DType::BF16, DType::Q8_0}) {
+      for (const int64_t D : {int64_t(64), int64_t(68), int64_t(128)}) {
+        if (type == DType::Q8_0 && D % 32 != 0) continue;
+        for (const int64_t count : {int64_t(1), int64_t(7), int64_t(37)}) {
+          CAPTURE(dtype_name(type));
+          CAPTURE(D);
+          CAPTURE(count);
+          std::vector<float> values(size_t(count * D)), q(static_cast<size_t>(D)), weights(static_cast<size_t>(count));
+          for (size_t i = 0; i < values.size(); ++i) values[i] = float(std::sin(double(i) * 0.37) * (1 + i % 5));
+          for (size_t i = 0; i < q.size(); ++i) q[i] = float(std::cos(double(i) * 0.11));
+          for (size_t i = 0; i < weights.size(); ++i) weights[i] = 1.0f / float(1 + i);
+          const std::vector<uint8_t> stored = quantized(type, values);
+          std::vector<float> widened(values.size());
+          quant::dequantize(type, stored.data(), widened.data(), int64_t(values.size()));
+          const int64_t row_bytes = dtype_bytes_for(type, D);
+          std::vector<const void*> typed_rows, f32_rows;
+          for (int64_t p = count - 1; p >= 0; --p) {  // (any order: rows are addressed one by one)
+            typed_rows.push_back(stored.data() + p * row_bytes);
+            f32_rows.push_back(widened.data() + p * D);
+          }
+          std::vector<float> scores(static_cast<size_t>(count)), want_scores(static_cast<size_t>(count));
+          k.attention_scores(type, q.data(), typed_rows.data(), count, D, 0.125f, scores.data());
+          k.attention_scores(DType::F32, q.data(), f32_rows.data(), count, D, 0.125f, want_scores.data());
+          CHECK(std::memcmp(scores.data(), want_scores.data(), scores.size() * sizeof(float)) == 0);
+          std::vector<float> mix(static_cast<size_t>(D)), want_mix(static_cast<size_t>(D));
+          k.attention_mix(type, weights.data(), typed_rows.data(), count, D, mix.data());
+          k.attention_mix(DType::F32, weights.data(), f32_rows.data(), count, D, want_mix.data());
+          CHECK(std::memcmp(mix.data(), want_mix.data(), mix.size() * sizeof(float)) == 0);
+          // and the f32 kernels agree with a double-precision loop (so "equal" is not two wrongs)
+          double s0 = 0;
+          for (int64_t d = 0; d < D; ++d) s0 += double(q[size_t(d)]) * widened[size_t((count - 1) * D + d)];
+          CHECK(std::abs(want_scores[0] - 0.125 * s0) <= 1e-5 * (1 + std::abs(0.125 * s0)));
+        }
+      }
+    }
+  }
+}
