@@ -394,8 +394,8 @@ CudaBackendImpl::CudaBackendImpl(const LoadedModel& model, const CudaOptions& op
   const WeightStore& w = model.weights;
   const DType type = options.dtype;
   const bool keep = options.keep_quantized;
-  int64_t stored_bytes = 0, uploaded_bytes = 0;  // of all the model's tensors, for the progress line
-  for (const auto& [name, t] : w.all()) stored_bytes += int64_t(t.nbytes);
+  const int64_t stored_bytes = int64_t(w.total_bytes());  // of all the model's tensors, for the progress line
+  int64_t uploaded_bytes = 0;
   // The whole tensor, checked against the config's shape; counted as uploaded once asked for (the
   // upload follows at once), so the line reaches the total with the last one.
   auto tensor = [&](const std::string& name, const std::vector<int64_t>& shape) -> const TensorRef& {

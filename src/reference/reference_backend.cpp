@@ -91,7 +91,7 @@ Floats ReferenceBackend::load(const WeightStore& weights, WeightRole role, int l
 
 ReferenceBackend::ReferenceBackend(const LoadedModel& model, const LoadProgress& on_progress)
     : config_(model.config), stored_weight_types_(weight_type_summary(model.weights)), on_progress_(on_progress) {
-  for (const auto& [name, t] : model.weights.all()) stored_bytes_ += int64_t(t.nbytes);
+  stored_bytes_ = int64_t(model.weights.total_bytes());
   const ModelConfig& c = config_;
   D_ = validate_model_shape(c, model.path.empty() ? std::string("the model") : model.path.string());
   E_ = c.hidden_size, F_ = c.intermediate_size, L_ = c.num_layers, H_ = c.num_heads, KVH_ = c.num_kv_heads;
