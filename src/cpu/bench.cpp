@@ -19,6 +19,7 @@
 #include "cpu/huge_pages.h"
 #include "cpu/kernels.h"
 #include "cpu/onednn_matmul.h"
+#include "cpu/ops.h"
 #include "cpu/process_memory.h"
 #include "cpu/typed_linear.h"
 
@@ -199,6 +200,8 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
   if (options.measure_ceilings) probe = std::make_unique<ReadBandwidthProbe>(r.threads, options.probe_bytes);
 
   std::vector<double> prefill_rates, decode_rates, bandwidths, fractions, prefill_cpu_rates, decode_cpu_rates;
+  double decode_seconds = 0;
+  cpu::DecodeProductSplit products;
   for (int run = 0; run < options.runs; ++run) {
     ForwardBatch batch;
     batch.sequences.push_back({0, prompt, 0, table, false});
@@ -212,6 +215,7 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
     int32_t next = int32_t(std::max_element(last, last + c.vocab_size) - last);
     t0 = Clock::now();
     cpu0 = process_cpu_seconds();
+    cpu::start_timing_decode_products();
     for (int g = 0; g < options.gen_tokens; ++g) {
       ForwardBatch step;
       step.sequences.push_back({0, {next}, options.prompt_tokens + g, table, false});
@@ -219,11 +223,25 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
       last = out.last_row(0);
       next = int32_t(std::max_element(last, last + c.vocab_size) - last);
     }
+    const cpu::DecodeProductSplit run_products = cpu::stop_timing_decode_products();
+    decode_seconds += seconds_since(t0);
+    for (auto [sum, part] : {std::pair{&products.static_split, &run_products.static_split},
+                             std::pair{&products.stealing, &run_products.stealing}})
+      sum->seconds += part->seconds, sum->weight_bytes += part->weight_bytes, sum->products += part->products;
     decode_rates.push_back(options.gen_tokens / seconds_since(t0));
     decode_cpu_rates.push_back(options.gen_tokens / (process_cpu_seconds() - cpu0) * r.threads);
     if (probe) {
       bandwidths.push_back(probe->measure());
       fractions.push_back(decode_rates.back() / (bandwidths.back() * 1e9 / r.decode_bytes_per_token));
+    }
+  }
+  const double product_seconds = products.static_split.seconds + products.stealing.seconds;
+  if (product_seconds > 0 && decode_seconds > 0) {
+    r.decode_product_share = product_seconds / decode_seconds;
+    r.decode_product_gb_s = (products.static_split.weight_bytes + products.stealing.weight_bytes) / product_seconds / 1e9;
+    if (products.static_split.seconds > 0 && products.stealing.seconds > 0) {
+      r.decode_static_split_gb_s = products.static_split.weight_bytes / products.static_split.seconds / 1e9;
+      r.decode_stealing_gb_s = products.stealing.weight_bytes / products.stealing.seconds / 1e9;
     }
   }
   r.prefill_tok_s = spread(prefill_rates);
@@ -359,6 +377,20 @@ std::string format_bench_table(const BenchResult& r) {
                 "decode / bandwidth ceiling, each run against its own probe: %.1f%% (%.1f .. %.1f%%)\n",
                 100.0 * r.decode_fraction.median, 100.0 * r.decode_fraction.min, 100.0 * r.decode_fraction.max);
   out << line;
+  if (r.decode_product_share > 0) {
+    std::snprintf(line, sizeof line,
+                  "decode   products %.1f%% of decode time; the weights streamed at %.1f GB/s inside them (%.1f%% of "
+                  "the probe's median)\n",
+                  100.0 * r.decode_product_share, r.decode_product_gb_s, 100.0 * r.decode_product_gb_s / r.bandwidth_gb_s);
+    out << line;
+  }
+  if (r.decode_stealing_gb_s > 0) {
+    std::snprintf(line, sizeof line,
+                  "decode   rows shared statically %.1f GB/s, by work stealing %.1f GB/s (JOURNEY_DECODE_STEAL=alternate: "
+                  "one or the other per product, at random)\n",
+                  r.decode_static_split_gb_s, r.decode_stealing_gb_s);
+    out << line;
+  }
   std::snprintf(line, sizeof line,
                 "memory   load %.1f s; resident after load %.2f GB (model file %.2f GB), peak %.2f GB with the KV "
                 "cache and buffers (%.2f GB once the bandwidth probe and GEMM ceilings had run)\n",
@@ -411,6 +443,10 @@ nlohmann::json bench_json(const BenchResult& r) {
           {"resident_after_load_bytes", r.resident_after_load},
           {"resident_engine_peak_bytes", r.resident_engine_peak},
           {"resident_peak_bytes", r.resident_peak},
+          {"decode_product_share", r.decode_product_share},
+          {"decode_product_gb_s", r.decode_product_gb_s},
+          {"decode_static_split_gb_s", r.decode_static_split_gb_s},
+          {"decode_stealing_gb_s", r.decode_stealing_gb_s},
           {"ceilings_measured", r.ceilings_measured}};
   if (!r.ceilings_measured)  // no ceiling, no fraction of one (null, not a division by zero)
     for (const char* key : {"read_bandwidth_gb_s", "gemm_gflop_s", "prefill_ceiling_tok_s", "decode_ceiling_tok_s",

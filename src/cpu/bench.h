@@ -94,6 +94,12 @@ struct BenchResult {
   double prefill_cpu_ceiling_tok_s() const {
     return prefill_ceiling_tok_s() * (gemm_gflop_s > 0 ? gemm_cpu_gflop_s / gemm_gflop_s : 0.0);
   }
+  // --device cpu: the one-token products of the decode runs timed apart (cpu::DecodeProductTimes):
+  // their share of the decode time and the rate the weights streamed at inside them, which split
+  // decode's distance from the bandwidth ceiling into the products' own and everything else's. The
+  // rates per way of sharing rows are set when both were timed (JOURNEY_DECODE_STEAL=alternate).
+  double decode_product_share = 0, decode_product_gb_s = 0;
+  double decode_static_split_gb_s = 0, decode_stealing_gb_s = 0;
   double load_average = -1;           // 1-minute load average when the run started
   // Whether this machine's ceilings were measured (BenchOptions::measure_ceilings): not for a GPU,
   // whose rates the host's memory and GEMM say nothing about; then no rate is set against them.

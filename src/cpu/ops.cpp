@@ -13,6 +13,9 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -141,9 +144,169 @@ RowSplit split_rows(int64_t out, int threads) {
   return {count, ((out + count - 1) / count + 15) / 16 * 16};
 }
 
+// Decode (one token) on every stored type but f32: each output row is one dot product computed by
+// one call whatever rows it is called with, so which thread computes a row cannot change its bits.
+// (f32 goes through Eigen's GEMV, whose grouping of rows is its own.)
+bool rows_are_independent(int64_t T, std::span<const LinearTarget> targets) {
+  if (T != 1) return false;
+  for (const LinearTarget& target : targets)
+    if (target.weight.type == DType::F32) return false;
+  return true;
+}
+
+// JOURNEY_DECODE_STEAL: on (unset), off, or alternate (ops.h, DecodeProductTimes)
+enum class StealChoice { On, Off, Alternate };
+StealChoice steal_choice() {
+  static const StealChoice choice = [] {
+    const char* v = std::getenv("JOURNEY_DECODE_STEAL");
+    if (v && std::strcmp(v, "off") == 0) return StealChoice::Off;
+    if (v && std::strcmp(v, "alternate") == 0) return StealChoice::Alternate;
+    return StealChoice::On;
+  }();
+  return choice;
+}
+
+bool decode_stealing_for(uint64_t product_number) {
+  switch (steal_choice()) {
+    case StealChoice::On: return true;
+    case StealChoice::Off: return false;
+    default: return (product_number * 0x9E3779B97F4A7C15ull) >> 63;  // a fixed pseudo-random half
+  }
+}
+
+// The decode product timer (ops.h): its sums, added by the calling thread of each product.
+struct ProductTimer {
+  std::atomic<bool> on{false};
+  std::atomic<uint64_t> products{0};  // one-token products so far, timed or not (numbers the alternation)
+  std::atomic<double> seconds[2], bytes[2];
+  std::atomic<int64_t> count[2];
+};
+ProductTimer& product_timer() {
+  static ProductTimer timer;
+  return timer;
+}
+
+constexpr int64_t kMaxStealingTeam = 64;
+
+// The static blocks of split_rows (block b of every product to thread b, each one stream front
+// to back), cut into chunks of kChunkRows rows; a thread that has finished its own chunks takes the
+// unfinished ones of another thread from the back, so neither waits at the end of the region for
+// the other's last rows. Decode is one read of the weights with a barrier after every product, and
+// the memory serves the threads' streams unevenly: on the 2-core AMD Zen 4 VM the two threads of a
+// 1.1B Q4_0 decode spent 14.7 % of their samples waiting in libgomp, 5.0 % with stealing (perf),
+// and the products ran 0-3 % faster (JOURNEY_DECODE_STEAL=alternate; docs/performance.md).
+class StealingShares {
+ public:
+  static constexpr int64_t kChunkRows = 16;
+
+  StealingShares(std::span<const LinearTarget> targets, int threads, int64_t team)
+      : targets_(targets), threads_(threads), team_(team) {
+    for (int64_t b = 0; b < team; ++b) {
+      int64_t chunks = 0;
+      for (const LinearTarget& target : targets) chunks += chunks_of(target, b);
+      cursor_[b].range.store(uint64_t(chunks) << 32, std::memory_order_relaxed);  // front 0, back = chunks
+    }
+  }
+
+  template <typename Fn>
+  void run(int64_t self, Fn&& fn) {
+    int64_t chunk;
+    while ((chunk = take(self, /*from_front=*/true)) >= 0) run_chunk(self, chunk, fn);
+    for (int64_t other = 1; other < team_; ++other) {
+      const int64_t victim = (self + other) % team_;
+      while ((chunk = take(victim, /*from_front=*/false)) >= 0) run_chunk(victim, chunk, fn);
+    }
+  }
+
+ private:
+  struct alignas(64) Cursor {
+    std::atomic<uint64_t> range{0};  // low 32 bits: the next chunk from the front; high: one past the last
+  };
+
+  int64_t chunks_of(const LinearTarget& target, int64_t b) const {
+    const RowSplit split = split_rows(target.out, threads_);
+    if (b >= split.count) return 0;
+    const int64_t rows = std::min(target.out, (b + 1) * split.rows) - b * split.rows;
+    return (std::max<int64_t>(rows, 0) + kChunkRows - 1) / kChunkRows;
+  }
+
+  // The owner takes from the front (its stream goes on), a thief from the back; -1 when none is left.
+  int64_t take(int64_t owner, bool from_front) {
+    std::atomic<uint64_t>& range = cursor_[owner].range;
+    uint64_t seen = range.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t front = seen & 0xFFFFFFFFu, back = seen >> 32;
+      if (front >= back) return -1;
+      const uint64_t next = from_front ? seen + 1 : ((back - 1) << 32) | front;
+      if (range.compare_exchange_weak(seen, next, std::memory_order_relaxed)) return int64_t(from_front ? front : back - 1);
+    }
+  }
+
+  template <typename Fn>
+  void run_chunk(int64_t owner, int64_t chunk, Fn& fn) const {
+    for (const LinearTarget& target : targets_) {
+      const int64_t chunks = chunks_of(target, owner);
+      if (chunk < chunks) {
+        const RowSplit split = split_rows(target.out, threads_);
+        const int64_t block_end = std::min(target.out, (owner + 1) * split.rows);
+        const int64_t begin = owner * split.rows + chunk * kChunkRows;
+        return fn(target, begin, std::min(block_end, begin + kChunkRows));
+      }
+      chunk -= chunks;
+    }
+  }
+
+  std::span<const LinearTarget> targets_;
+  int threads_;
+  int64_t team_;
+  Cursor cursor_[kMaxStealingTeam];
+};
+
+}  // namespace
+
+void start_timing_decode_products() {
+  ProductTimer& timer = product_timer();
+  for (int i = 0; i < 2; ++i) timer.seconds[i] = 0, timer.bytes[i] = 0, timer.count[i] = 0;
+  timer.on = true;
+}
+
+DecodeProductSplit stop_timing_decode_products() {
+  ProductTimer& timer = product_timer();
+  timer.on = false;
+  auto sums = [&](int i) { return DecodeProductTimes{timer.seconds[i].load(), timer.bytes[i].load(), timer.count[i].load()}; };
+  return {sums(0), sums(1)};
+}
+
+namespace {
+// Whether the rows were shared by stealing (asked for, and possible for these products).
+bool linear_shared_input_on(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets,
+                            int threads, bool stealing);
 }  // namespace
 
 void linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets, int threads) {
+  if (T != 1) {
+    linear_shared_input_on(x, T, in, targets, threads, false);
+    return;
+  }
+  ProductTimer& timer = product_timer();
+  const bool stealing = decode_stealing_for(timer.products.fetch_add(1, std::memory_order_relaxed));
+  if (!timer.on.load(std::memory_order_relaxed)) {
+    linear_shared_input_on(x, T, in, targets, threads, stealing);
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool stole = linear_shared_input_on(x, T, in, targets, threads, stealing);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double bytes = 0;
+  for (const LinearTarget& target : targets) bytes += double(dtype_bytes_for(target.weight.type, in)) * double(target.out);
+  timer.seconds[stole] += seconds;
+  timer.bytes[stole] += bytes;
+  timer.count[stole] += 1;
+}
+
+namespace {
+bool linear_shared_input_on(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets,
+                            int threads, bool stealing) {
   // x in the forms the targets' weight types multiply (quantized to 8 bits, rounded to bf16)
   const PreparedInput input(x, T, in, targets, threads);
   int64_t team = 1;  // threads that get work: one per block of the most finely split product
@@ -158,9 +321,24 @@ void linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const 
   };
   if (team == 1) {
     thread_work(0);  // no parallel region: Eigen then follows Eigen::setNbThreads (CpuBackend sets 1)
-    return;
+    return false;
   }
 #ifdef _OPENMP
+  // Decode: the rows handed out by work stealing where that cannot change a result (rows_are_independent)
+  if (stealing && rows_are_independent(T, targets) && team <= kMaxStealingTeam) {
+    StealingShares shares(targets, threads, team);
+#pragma omp parallel num_threads(int(team))
+    {
+      if (omp_get_num_threads() == team) {
+        shares.run(omp_get_thread_num(), [&](const LinearTarget& target, int64_t begin, int64_t end) {
+          input.run_block(target, begin, end);
+        });
+      } else {  // fewer threads than asked: the static blocks, each computed once
+        for (int64_t b = omp_get_thread_num(); b < team; b += omp_get_num_threads()) thread_work(b);
+      }
+    }
+    return true;
+  }
 #pragma omp parallel num_threads(int(team))
   {
     // OpenMP may hand out fewer threads than asked (OMP_DYNAMIC, OMP_THREAD_LIMIT, a nested
@@ -170,7 +348,10 @@ void linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const 
 #else
   for (int64_t b = 0; b < team; ++b) thread_work(b);
 #endif
+  return false;
 }
+
+}  // namespace
 
 void linear(float* y, const float* x, WeightView weight, const float* bias, int64_t T, int64_t in, int64_t out,
             int threads) {

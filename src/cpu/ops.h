@@ -76,6 +76,21 @@ struct LinearTarget {
 void linear_shared_input(const float* x,  // [T, in]
                          int64_t T, int64_t in, std::span<const LinearTarget> targets, int threads);
 
+// The one-token products (decode) timed apart, for journey bench: how fast the weights stream
+// inside them and what share of a decode step they take. Off unless started (a clock read per
+// product). Rows of a one-token product are handed out by work stealing (StealingShares in ops.cpp)
+// unless JOURNEY_DECODE_STEAL=off; JOURNEY_DECODE_STEAL=alternate picks one of the two for each
+// product at random, so that both are timed under the same drift of the machine's bandwidth.
+struct DecodeProductTimes {
+  double seconds = 0, weight_bytes = 0;  // summed over the products timed
+  int64_t products = 0;
+};
+struct DecodeProductSplit {
+  DecodeProductTimes static_split, stealing;  // each product counted under the way its rows were shared
+};
+void start_timing_decode_products();              // sums reset, timing on
+DecodeProductSplit stop_timing_decode_products();  // timing off: the sums since the start
+
 // In place over each row: x = softmax(x). Rows of all -inf are not allowed (the causal mask always
 // leaves at least the token itself).
 void softmax(float* x,  // [R, N]

@@ -59,6 +59,12 @@ TEST_CASE("bench: with the ceilings measured, every run's decode has its own ban
   CHECK(json["ceilings_measured"] == true);
   const std::string table = format_bench_table(r);
   CHECK(table.find("each run against its own probe") != std::string::npos);
+  // the decode products timed apart: a share of the decode time, a rate, and the line that says so
+  CHECK(r.decode_product_share > 0);
+  CHECK(r.decode_product_share <= 1);
+  CHECK(r.decode_product_gb_s > 0);
+  CHECK(json["decode_product_gb_s"].get<double>() == doctest::Approx(r.decode_product_gb_s));
+  CHECK(table.find("inside them") != std::string::npos);
 }
 
 TEST_CASE("bench: the engine's peak memory is taken before the bandwidth probe's buffer, the final peak after") {

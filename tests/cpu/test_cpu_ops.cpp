@@ -1,6 +1,7 @@
 // The fast CPU ops that have no reference twin, or whose speed machinery needs its own checks:
 // linear() across thread counts (every row block computed once, also with a smaller OpenMP team),
-// linear_shared_input() bit-equal to one linear() per target, and the small-batch kernel of
+// linear_shared_input() bit-equal to one linear() per target, one-token products on stored types
+// bit-equal across thread counts (work stealing) and their timer, and the small-batch kernel of
 // cpu/gemm.h on every instruction set this CPU runs. Every op against its reference twin is in
 // tests/backends/test_ops.cpp.
 #include <doctest/doctest.h>
@@ -11,6 +12,7 @@
 
 #include "cpu/gemm.h"
 #include "cpu/ops.h"
+#include "quant/quantize.h"
 #include "reference/scalar_ops.h"
 
 using namespace journey;
@@ -69,6 +71,62 @@ TEST_CASE("linear_shared_input gives exactly what one linear() per target gives"
       }
     }
   }
+}
+
+TEST_CASE("one-token products on stored types: every row once, bit-equal for 1..3 threads (work stealing)") {
+  // Decode shares the rows of a product by work stealing (ops.cpp, StealingShares): chunks of 16
+  // rows of each thread's block, a finished thread taking the others' last chunks. Every row must
+  // be computed once and, as each row is one dot product, come out the same whoever computed it.
+  // Targets of 9 (one thread only), 53, 211 and 700 rows, not multiples of the 16-row chunk.
+  const int64_t in = 256;
+  const std::vector<int64_t> outs = {53, 9, 211, 700};
+  auto x = scalar::random_vector(size_t(in), 51);
+  for (DType type : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    CAPTURE(dtype_name(type));
+    std::vector<std::vector<uint8_t>> stored;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      auto w = scalar::random_vector(size_t(outs[i] * in), 60 + int(i));
+      const size_t row_bytes = size_t(dtype_bytes_for(type, in));
+      stored.emplace_back(size_t(outs[i]) * row_bytes);
+      for (int64_t r = 0; r < outs[i]; ++r) quant::quantize(type, w.data() + r * in, stored[i].data() + r * row_bytes, in);
+    }
+    std::vector<std::vector<float>> by_one;  // threads = 1: no parallel region, the rows in order
+    for (int threads : {1, 2, 3}) {
+      CAPTURE(threads);
+      std::vector<std::vector<float>> y;
+      std::vector<cpu::LinearTarget> targets;
+      for (size_t i = 0; i < outs.size(); ++i) y.emplace_back(size_t(outs[i]) + 8, kSentinel);
+      for (size_t i = 0; i < outs.size(); ++i)
+        targets.push_back({y[i].data(), cpu::WeightView{stored[i].data(), type}, nullptr, outs[i]});
+      cpu::linear_shared_input(x.data(), 1, in, targets, threads);
+      for (size_t i = 0; i < outs.size(); ++i) {
+        CAPTURE(i);
+        for (int64_t r = 0; r < outs[i]; ++r) REQUIRE(std::isfinite(y[i][size_t(r)]));
+        for (size_t k = size_t(outs[i]); k < y[i].size(); ++k) CHECK(y[i][k] == kSentinel);
+        if (threads > 1) CHECK(y[i] == by_one[i]);
+      }
+      if (threads == 1) by_one = y;
+    }
+  }
+}
+
+TEST_CASE("the decode products' timer counts each one-token product's weights once") {
+  // journey bench divides these bytes by these seconds for the rate inside the products
+  const int64_t in = 64, out = 100;
+  std::vector<uint8_t> w(size_t(out * dtype_bytes_for(DType::Q8_0, in)));
+  auto values = scalar::random_vector(size_t(out * in), 71);
+  quant::quantize(DType::Q8_0, values.data(), w.data(), out * in);
+  auto x = scalar::random_vector(size_t(2 * in), 72);
+  std::vector<float> y(size_t(2 * out));
+  cpu::start_timing_decode_products();
+  for (int step = 0; step < 3; ++step)
+    cpu::linear(y.data(), x.data(), cpu::WeightView{w.data(), DType::Q8_0}, nullptr, 1, in, out, 2);
+  cpu::linear(y.data(), x.data(), cpu::WeightView{w.data(), DType::Q8_0}, nullptr, 2, in, out, 2);  // two tokens: not decode
+  const cpu::DecodeProductSplit times = cpu::stop_timing_decode_products();
+  cpu::linear(y.data(), x.data(), cpu::WeightView{w.data(), DType::Q8_0}, nullptr, 1, in, out, 2);  // after the stop
+  CHECK(times.static_split.products + times.stealing.products == 3);
+  CHECK(times.static_split.weight_bytes + times.stealing.weight_bytes == 3.0 * double(w.size()));
+  CHECK(times.static_split.seconds + times.stealing.seconds > 0);
 }
 
 TEST_CASE("linear computes every row block even inside a parallel region (a team of one)") {
