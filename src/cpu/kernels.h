@@ -106,7 +106,7 @@ struct KernelTable {
   // The dot products of `count` consecutive stored rows (`row_bytes` apart from `first`) of a type
   // has_fused_dot() lists with one quantized activation row, out [count]; the blocks widened in
   // registers (decode: no unpacked copy to write and read back); NaN for other types. A row's
-  // result does not depend on `count`. AVX2 and AVX-512; nullptr in the generic table.
+  // result does not depend on `count`. AVX2, AVX-512 and aarch64 dotprod; nullptr in the generic table.
   void (*dot_rows)(DType type, const void* first, size_t row_bytes, int64_t count, const QuantizedActivations& x,
                    int64_t n, float* out);
   // dot() of up to kTokenRows unpacked rows with every token of a batch at once (batched decode,
@@ -179,8 +179,14 @@ inline bool has_stored_token_dot(DType type, Isa isa) {
 }
 inline constexpr int kStoredTokenRows = 4;  // rows per dot_tokens_stored call
 
-// The types KernelTable::dot_rows multiplies: every block type (the legacy ones and Q2_K .. Q6_K).
-inline bool has_fused_dot(DType type) { return dtype_is_quantized(type); }
+// The types KernelTable::dot_rows of `isa` multiplies: on x86 every block type (the legacy ones
+// and Q2_K .. Q6_K), on aarch64 dotprod the legacy ones.
+inline bool has_fused_dot(DType type, Isa isa) {
+  if (isa == Isa::NeonDot)
+    return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 ||
+           type == DType::Q5_1;
+  return dtype_is_quantized(type);
+}
 
 // The instructions behind the products, for journey bench's ceilings.
 enum class PeakKind { F32Fma, Int8Dot, Bf16Dot, AmxBf16 };

@@ -6,6 +6,10 @@
 // and chosen at run time only where Linux reports the instruction (HWCAP_ASIMDDP, gemm.cpp), so the
 // rest of the binary stays Armv8-A.
 //
+// It also has the fused decode dots of the legacy types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; dot_rows,
+// below): one token against the stored rows with sdot, no unpacked copy. The K types still unpack
+// each row first. (Built and tested under qemu only, where nothing can be timed: docs/arm.md.)
+//
 // The unpacked quants are unsigned (0..255 for Q8_0, below 64 for the others) and the activations
 // signed; sdot multiplies signed by signed (the mixed usdot is Armv8.6 i8mm), so each quant is
 // taken as q - 128 (its top bit flipped, as int8) and the difference added back exactly:
@@ -15,8 +19,10 @@
 #include <arm_neon.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "cpu/kernels.h"
+#include "quant/blocks.h"
 
 namespace journey::cpu::kernels {
 
@@ -62,6 +68,97 @@ float dot(const uint8_t* q, const float* s, const float* o, int zero, bool has_o
   return acc - acc_offset;
 }
 
+// ------------------------------------------------------------------------------------------------
+// The fused decode dots of the legacy types (KernelTable::dot_rows): one token against stored
+// rows, each block of 32 widened to 32 signed bytes in two registers and multiplied by sdot against
+// the Q8 activations, without unpack_row's copy to memory and back. sdot is signed x signed, so the
+// quants are taken as stored where they are signed (Q8_0) and with the zero point subtracted in
+// the bytes where not (Q4_0: q - 8, Q5_0: q - 16, both within int8); Q4_1/Q5_1 take q as it is
+// (0..31) and add the block minimum's share m * sum(x) in f32. Four blocks in flight, each into its
+// own f32 accumulator (one chain would wait out the FMA latency every block).
+// ------------------------------------------------------------------------------------------------
+
+using quant::block_q4_0;
+using quant::block_q4_1;
+using quant::block_q5_0;
+using quant::block_q5_1;
+using quant::block_q8_0;
+
+inline float half_to_f32(uint16_t bits) {
+  __fp16 h;
+  std::memcpy(&h, &bits, 2);
+  return float(h);
+}
+
+// The 32 fifth bits of a Q5 block as 0x10 in each byte whose bit is set: bytes 0-15 (low) and 16-31 (high).
+inline void fifth_bits(const uint8_t* qh, uint8x16_t& low, uint8x16_t& high) {
+  const uint8x16_t bit = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  const uint8x16_t sixteen = vdupq_n_u8(0x10);
+  low = vandq_u8(vtstq_u8(vcombine_u8(vdup_n_u8(qh[0]), vdup_n_u8(qh[1])), bit), sixteen);
+  high = vandq_u8(vtstq_u8(vcombine_u8(vdup_n_u8(qh[2]), vdup_n_u8(qh[3])), bit), sixteen);
+}
+
+// A block's 32 quants as signed bytes (zero point subtracted), low 16 and high 16.
+template <typename Block, DType W>
+inline void block_quants(const Block& b, int8x16_t& low, int8x16_t& high) {
+  if constexpr (W == DType::Q8_0) {
+    low = vld1q_s8(b.qs), high = vld1q_s8(b.qs + 16);
+  } else {
+    const uint8x16_t packed = vld1q_u8(b.qs);
+    uint8x16_t lo = vandq_u8(packed, vdupq_n_u8(0x0F)), hi = vshrq_n_u8(packed, 4);
+    if constexpr (W == DType::Q5_0 || W == DType::Q5_1) {
+      uint8x16_t lo5, hi5;
+      fifth_bits(b.qh, lo5, hi5);
+      lo = vorrq_u8(lo, lo5), hi = vorrq_u8(hi, hi5);
+    }
+    constexpr int zero = W == DType::Q4_0 ? 8 : W == DType::Q5_0 ? 16 : 0;
+    low = vsubq_s8(vreinterpretq_s8_u8(lo), vdupq_n_s8(zero));
+    high = vsubq_s8(vreinterpretq_s8_u8(hi), vdupq_n_s8(zero));
+  }
+}
+
+template <typename Block, DType W>
+float dot_legacy(const void* row, const QuantizedActivations& x, int64_t n) {
+  constexpr bool has_min = W == DType::Q4_1 || W == DType::Q5_1;
+  const Block* blocks = static_cast<const Block*>(row);
+  float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
+  float min_share = 0;
+  const int64_t count = n / 32;
+  auto one_block = [&](int64_t b, int lane) {
+    int8x16_t low, high;
+    block_quants<Block, W>(blocks[b], low, high);
+    const int8_t* xq = x.q + b * 32;
+    const int32x4_t sums = vdotq_s32(vdotq_s32(vdupq_n_s32(0), low, vld1q_s8(xq)), high, vld1q_s8(xq + 16));
+    acc[lane] = vfmaq_n_f32(acc[lane], vcvtq_f32_s32(sums), half_to_f32(blocks[b].d) * x.dx[2 * b]);
+    if constexpr (has_min) min_share += half_to_f32(blocks[b].m) * (x.xs[2 * b] + x.xs[2 * b + 1]);
+  };
+  int64_t b = 0;
+  for (; b + 4 <= count; b += 4)
+    for (int lane = 0; lane < 4; ++lane) one_block(b + lane, lane);
+  for (; b < count; ++b) one_block(b, 0);
+  return vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3]))) + min_share;
+}
+
+template <float (*kDot)(const void*, const QuantizedActivations&, int64_t)>
+void each_row(const char* first, size_t row_bytes, int64_t count, const QuantizedActivations& x, int64_t n, float* out) {
+  for (int64_t r = 0; r < count; ++r) out[r] = kDot(first + r * row_bytes, x, n);
+}
+
+// KernelTable::dot_rows for the types has_fused_dot(type, Isa::NeonDot) lists; NaN for the others.
+void dot_rows(DType type, const void* first, size_t row_bytes, int64_t count, const QuantizedActivations& x,
+              int64_t n, float* out) {
+  const char* rows = static_cast<const char*>(first);
+  switch (type) {
+    case DType::Q8_0: return each_row<dot_legacy<block_q8_0, DType::Q8_0>>(rows, row_bytes, count, x, n, out);
+    case DType::Q4_0: return each_row<dot_legacy<block_q4_0, DType::Q4_0>>(rows, row_bytes, count, x, n, out);
+    case DType::Q4_1: return each_row<dot_legacy<block_q4_1, DType::Q4_1>>(rows, row_bytes, count, x, n, out);
+    case DType::Q5_0: return each_row<dot_legacy<block_q5_0, DType::Q5_0>>(rows, row_bytes, count, x, n, out);
+    case DType::Q5_1: return each_row<dot_legacy<block_q5_1, DType::Q5_1>>(rows, row_bytes, count, x, n, out);
+    default:
+      for (int64_t r = 0; r < count; ++r) out[r] = __builtin_nanf("");
+  }
+}
+
 // journey bench's int8 ceiling here (PeakKind::Int8Dot, kind 1): 12 independent sdot accumulators
 // in registers, `iterations` rounds; the operations done (2 per multiply-add). 0 for other kinds.
 double int8_peak(int64_t iterations, float* sink) {
@@ -84,6 +181,7 @@ const KernelTable& kernel_table() {
   static const KernelTable table = [] {
     KernelTable t = generic::kernel_table();
     t.dot = &dot;
+    t.dot_rows = &dot_rows;
     return t;
   }();
   return table;

@@ -299,14 +299,14 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   }
   const QuantizedInput& qx = activation_block(type) == 32 ? b_->q8_0 : b_->q8_k;
   const bool has_offset = kernels::unpacked_has_offset(type);
-  if (T == 1 && k.dot_rows && kernels::has_fused_dot(type)) {  // decode: blocks widened in registers
+  if (T == 1 && k.dot_rows && kernels::has_fused_dot(type, kernels::best_isa())) {  // decode: blocks widened in registers
     const kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
     k.dot_rows(type, weight + begin * row_bytes, row_bytes, end - begin, x, in, target.y + begin);
     if (target.bias)
       for (int64_t r = begin; r < end; ++r) target.y[r] += target.bias[r];
     return;
   }
-  if (!token_lanes_ && k.dot_rows && kernels::has_fused_dot(type)) {
+  if (!token_lanes_ && k.dot_rows && kernels::has_fused_dot(type, kernels::best_isa())) {
     // Batched decode on a CPU without the token-lane kernels (AVX2): every token through the fused
     // dots, a tile of rows at a time, so each tile comes from memory once and from L1/L2 for the
     // other tokens (instead of unpacking each row and the plain per-token dot: 1.1B Q4_0, 16

@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
     const cpu::kernels::QuantizedActivations x0{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
     const int repeat = int(std::max<int64_t>(1, 4000000 / in));
     double fused = -1, tiled = -1;
-    if (k.dot_rows && cpu::kernels::has_fused_dot(type)) {
+    if (k.dot_rows && cpu::kernels::has_fused_dot(type, isa)) {
       float rows_out[kRows];
       fused = time_call([&] {
         k.dot_rows(type, stored.data(), row_bytes, kRows, x0, in, rows_out);
