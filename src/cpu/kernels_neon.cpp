@@ -71,11 +71,13 @@ float dot(const uint8_t* q, const float* s, const float* o, int zero, bool has_o
 // ------------------------------------------------------------------------------------------------
 // The fused decode dots of the legacy types (KernelTable::dot_rows): one token against stored
 // rows, each block of 32 widened to 32 signed bytes in two registers and multiplied by sdot against
-// the Q8 activations, without unpack_row's copy to memory and back. sdot is signed x signed, so the
-// quants are taken as stored where they are signed (Q8_0) and with the zero point subtracted in
-// the bytes where not (Q4_0: q - 8, Q5_0: q - 16, both within int8); Q4_1/Q5_1 take q as it is
-// (0..31) and add the block minimum's share m * sum(x) in f32. Four blocks in flight, each into its
-// own f32 accumulator (one chain would wait out the FMA latency every block).
+// the Q8 activations, without unpack_row's copy to memory and back. The quants are taken minus
+// their zero point in the bytes (Q8_0 as stored, which is q + 128 - 128; Q4_0 q - 8, Q5_0 q - 16;
+// Q4_1/Q5_1 as they are), so each group of 16 gets exactly the integer sum the generic dot() gets
+// from the unpacked row (sum q x - z gsum), and the float part is dot()'s code in dot()'s order with
+// the scales and offsets unpack_row would have written: the result equals the generic table's, and
+// the unfused path's, bit for bit (tests/cpu/test_kernels.cpp; scripts/check-aarch64.sh compares
+// greedy text between neon-dotprod and generic).
 // ------------------------------------------------------------------------------------------------
 
 using quant::block_q4_0;
@@ -98,7 +100,8 @@ inline void fifth_bits(const uint8_t* qh, uint8x16_t& low, uint8x16_t& high) {
   high = vandq_u8(vtstq_u8(vcombine_u8(vdup_n_u8(qh[2]), vdup_n_u8(qh[3])), bit), sixteen);
 }
 
-// A block's 32 quants as signed bytes (zero point subtracted), low 16 and high 16.
+// A block's 32 quants minus the zero point, as signed bytes: weights 0-15 (its first group of 16)
+// and 16-31 (its second).
 template <typename Block, DType W>
 inline void block_quants(const Block& b, int8x16_t& low, int8x16_t& high) {
   if constexpr (W == DType::Q8_0) {
@@ -119,24 +122,32 @@ inline void block_quants(const Block& b, int8x16_t& low, int8x16_t& high) {
 
 template <typename Block, DType W>
 float dot_legacy(const void* row, const QuantizedActivations& x, int64_t n) {
-  constexpr bool has_min = W == DType::Q4_1 || W == DType::Q5_1;
+  constexpr bool has_offset = W == DType::Q4_1 || W == DType::Q5_1;
   const Block* blocks = static_cast<const Block*>(row);
-  float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
-  float min_share = 0;
-  const int64_t count = n / 32;
-  auto one_block = [&](int64_t b, int lane) {
-    int8x16_t low, high;
-    block_quants<Block, W>(blocks[b], low, high);
-    const int8_t* xq = x.q + b * 32;
-    const int32x4_t sums = vdotq_s32(vdotq_s32(vdupq_n_s32(0), low, vld1q_s8(xq)), high, vld1q_s8(xq + 16));
-    acc[lane] = vfmaq_n_f32(acc[lane], vcvtq_f32_s32(sums), half_to_f32(blocks[b].d) * x.dx[2 * b]);
-    if constexpr (has_min) min_share += half_to_f32(blocks[b].m) * (x.xs[2 * b] + x.xs[2 * b + 1]);
-  };
-  int64_t b = 0;
-  for (; b + 4 <= count; b += 4)
-    for (int lane = 0; lane < 4; ++lane) one_block(b + lane, lane);
-  for (; b < count; ++b) one_block(b, 0);
-  return vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3]))) + min_share;
+  const int64_t groups = n / kGroup;  // two per block
+  const int32x4_t none = vdupq_n_s32(0);
+  float acc = 0, acc_offset = 0;
+  for (int64_t g0 = 0; g0 < groups; g0 += 16) {  // dot()'s chunks of 16 groups: 8 blocks
+    const int64_t here = groups - g0 < 16 ? groups - g0 : 16;
+    int32_t sums[16];
+    float s[16], o[16];  // as unpack_row writes them: d for both groups of a block, -m (Q4_1/Q5_1) or 0
+    for (int64_t j = 0; j < here / 2; ++j) {
+      const Block& b = blocks[g0 / 2 + j];
+      int8x16_t low, high;
+      block_quants<Block, W>(b, low, high);
+      const int8_t* xq = x.q + (g0 + 2 * j) * kGroup;
+      // the two groups' 4-lane sdot sums, folded pairwise into lanes 0-1 of one register
+      const int32x4_t pair = vpaddq_s32(vdotq_s32(none, low, vld1q_s8(xq)), vdotq_s32(none, high, vld1q_s8(xq + 16)));
+      const int32x2_t folded = vpadd_s32(vget_low_s32(pair), vget_high_s32(pair));
+      vst1_s32(sums + 2 * j, folded);
+      s[2 * j] = s[2 * j + 1] = half_to_f32(b.d);
+      if constexpr (has_offset) o[2 * j] = o[2 * j + 1] = -half_to_f32(b.m);
+    }
+    for (int64_t g = 0; g < here; ++g) acc += s[g] * x.dx[g0 + g] * float(sums[g]);
+    if constexpr (has_offset)
+      for (int64_t g = 0; g < here; ++g) acc_offset += o[g] * x.xs[g0 + g];
+  }
+  return acc - acc_offset;
 }
 
 template <float (*kDot)(const void*, const QuantizedActivations&, int64_t)>

@@ -108,7 +108,7 @@ TEST_CASE("kernels: the integer dot products (unpacked, and fused for decode) eq
   }
 }
 
-TEST_CASE("kernels: aarch64 dotprod's dot (sdot on q - 128) equals the generic dot bit for bit, extreme quants included") {
+TEST_CASE("kernels: aarch64 dotprod's dot (sdot on q - 128) and fused dot equal the generic dot bit for bit, extreme quants included") {
   if (!cpu::kernels::supports(Isa::NeonDot)) {
     MESSAGE("this CPU lacks neon-dotprod; not tested");
     return;
@@ -142,6 +142,13 @@ TEST_CASE("kernels: aarch64 dotprod's dot (sdot on q - 128) equals the generic d
         std::memcpy(&want_bits, &want, 4);
         std::memcpy(&got_bits, &got, 4);
         CHECK(got_bits == want_bits);
+        if (cpu::kernels::has_fused_dot(type, Isa::NeonDot)) {  // the fused decode dot, from the stored row
+          float fused = NAN;
+          neon.dot_rows(type, bytes.data(), bytes.size(), 1, x, n, &fused);
+          uint32_t fused_bits = 0;
+          std::memcpy(&fused_bits, &fused, 4);
+          CHECK(fused_bits == want_bits);
+        }
       }
     }
   }
