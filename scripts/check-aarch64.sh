@@ -11,7 +11,9 @@
 #      JOURNEY_CPU_ISA=generic; and compares greedy `journey generate` on data/stories260K: the
 #      empty prompt's 256 steps with llama2.c's own text (tests/data/expected), and "Once upon a
 #      time" on the f32 model and on Q8_0, Q4_0 and Q4_K_M copies (quantized by the aarch64 build)
-#      between neon-dotprod, generic and the x86-64 build.
+#      between neon-dotprod and generic (the same bits) and the x86-64 build (the same text on the
+#      f32 model; on the copies a difference is reported, not failed: the kernel sets round
+#      differently, see below).
 #
 # Usage: scripts/check-aarch64.sh [--no-tests] [--full]
 #   --no-tests  build the CLI only, and check it (no test programs)
@@ -190,9 +192,19 @@ for model in "${models[@]}"; do
   verdict="aarch64 neon-dotprod == aarch64 generic"
   if ((have_x86)); then
     x86_text=$(greedy "$x86") || fail "x86-64 journey generate on $name"
-    [[ "$arm_text" == "$x86_text" ]] ||
-      { diff <(echo "$x86_text") <(echo "$arm_text") | head; fail "$name: greedy \"$prompt\" differs between aarch64 and x86-64"; }
-    verdict+=" == x86-64"
+    if [[ "$arm_text" == "$x86_text" ]]; then
+      verdict+=" == x86-64"
+    elif [[ "$model" == data/stories260K ]]; then
+      diff <(echo "$x86_text") <(echo "$arm_text") | head; fail "$name: greedy \"$prompt\" differs between aarch64 and x86-64"
+    else
+      # The block types' integer sums are exact everywhere, but the float parts round differently
+      # between kernel sets (x86's AVX-512 and AVX2 dots and aarch64's generic order: on the Q4_0 copy
+      # AVX2 gives aarch64's text and AVX-512 another), and a near-tie in a 260K-parameter model can
+      # flip a greedy token. Said, not failed: numerical agreement across architectures is
+      # test_backends' (every stage against the reference, above); aarch64's two tables are held to
+      # the same bits just before.
+      verdict+=" != x86-64 (first difference at byte $( (cmp <(echo "$x86_text") <(echo "$arm_text") 2>/dev/null || true) | awk '{print $5}' | tr -d ,): rounding, not failed)"
+    fi
   fi
   say "greedy \"$prompt\" (100 tokens) on $name: $verdict (${#arm_text} bytes)"
 done
