@@ -223,12 +223,12 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
       last = out.last_row(0);
       next = int32_t(std::max_element(last, last + c.vocab_size) - last);
     }
+    const double run_decode_seconds = seconds_since(t0);
     const cpu::DecodeProductSplit run_products = cpu::stop_timing_decode_products();
-    decode_seconds += seconds_since(t0);
-    for (auto [sum, part] : {std::pair{&products.static_split, &run_products.static_split},
-                             std::pair{&products.stealing, &run_products.stealing}})
-      sum->seconds += part->seconds, sum->weight_bytes += part->weight_bytes, sum->products += part->products;
-    decode_rates.push_back(options.gen_tokens / seconds_since(t0));
+    decode_seconds += run_decode_seconds;
+    products.static_split += run_products.static_split;
+    products.stealing += run_products.stealing;
+    decode_rates.push_back(options.gen_tokens / run_decode_seconds);
     decode_cpu_rates.push_back(options.gen_tokens / (process_cpu_seconds() - cpu0) * r.threads);
     if (probe) {
       bandwidths.push_back(probe->measure());

@@ -53,6 +53,16 @@ inline void group_sums(const uint8_t* q, const int8_t* x, const int32_t* gsum, i
   for (; g < here; ++g) sums[g] = vaddvq_s32(signed_dot(g)) + (128 - zero) * gsum[g];
 }
 
+// The float part of the generic dot for `here` (at most 16) groups from g0, in its code and order,
+// which is what makes the results here equal the generic table's bit for bit: s and o are the
+// chunk's scales and offsets as unpack_row writes them, sums its integer sums.
+inline void add_groups(float& acc, float& acc_offset, const float* s, const float* o, bool has_offset,
+                       const int32_t* sums, const QuantizedActivations& x, int64_t g0, int64_t here) {
+  for (int64_t g = 0; g < here; ++g) acc += s[g] * x.dx[g0 + g] * float(sums[g]);
+  if (has_offset)
+    for (int64_t g = 0; g < here; ++g) acc_offset += o[g] * x.xs[g0 + g];
+}
+
 float dot(const uint8_t* q, const float* s, const float* o, int zero, bool has_offset, const QuantizedActivations& x,
           int64_t n) {
   const int64_t groups = n / kGroup;
@@ -61,9 +71,7 @@ float dot(const uint8_t* q, const float* s, const float* o, int zero, bool has_o
     const int64_t here = groups - g0 < 16 ? groups - g0 : 16;
     int32_t sums[16];
     group_sums(q + g0 * kGroup, x.q + g0 * kGroup, x.gsum + g0, zero, here, sums);
-    for (int64_t g = 0; g < here; ++g) acc += s[g0 + g] * x.dx[g0 + g] * float(sums[g]);
-    if (has_offset)
-      for (int64_t g = 0; g < here; ++g) acc_offset += o[g0 + g] * x.xs[g0 + g];
+    add_groups(acc, acc_offset, s + g0, o + g0, has_offset, sums, x, g0, here);
   }
   return acc - acc_offset;
 }
@@ -143,9 +151,7 @@ float dot_legacy(const void* row, const QuantizedActivations& x, int64_t n) {
       s[2 * j] = s[2 * j + 1] = half_to_f32(b.d);
       if constexpr (has_offset) o[2 * j] = o[2 * j + 1] = -half_to_f32(b.m);
     }
-    for (int64_t g = 0; g < here; ++g) acc += s[g] * x.dx[g0 + g] * float(sums[g]);
-    if constexpr (has_offset)
-      for (int64_t g = 0; g < here; ++g) acc_offset += o[g] * x.xs[g0 + g];
+    add_groups(acc, acc_offset, s, o, has_offset, sums, x, g0, here);
   }
   return acc - acc_offset;
 }

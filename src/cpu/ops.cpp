@@ -166,18 +166,22 @@ StealChoice steal_choice() {
   return choice;
 }
 
-bool decode_stealing_for(uint64_t product_number) {
+// Whether this one-token product shares its rows by stealing.
+bool decode_stealing() {
   switch (steal_choice()) {
     case StealChoice::On: return true;
     case StealChoice::Off: return false;
-    default: return (product_number * 0x9E3779B97F4A7C15ull) >> 63;  // a fixed pseudo-random half
+    default: {
+      static std::atomic<uint64_t> products{0};  // numbers the alternating products
+      const uint64_t number = products.fetch_add(1, std::memory_order_relaxed);
+      return (number * 0x9E3779B97F4A7C15ull) >> 63;  // a fixed pseudo-random half
+    }
   }
 }
 
 // The decode product timer (ops.h): its sums, added by the calling thread of each product.
 struct ProductTimer {
   std::atomic<bool> on{false};
-  std::atomic<uint64_t> products{0};  // one-token products so far, timed or not (numbers the alternation)
   std::atomic<double> seconds[2], bytes[2];
   std::atomic<int64_t> count[2];
 };
@@ -262,49 +266,8 @@ class StealingShares {
   Cursor cursor_[kMaxStealingTeam];
 };
 
-}  // namespace
-
-void start_timing_decode_products() {
-  ProductTimer& timer = product_timer();
-  for (int i = 0; i < 2; ++i) timer.seconds[i] = 0, timer.bytes[i] = 0, timer.count[i] = 0;
-  timer.on = true;
-}
-
-DecodeProductSplit stop_timing_decode_products() {
-  ProductTimer& timer = product_timer();
-  timer.on = false;
-  auto sums = [&](int i) { return DecodeProductTimes{timer.seconds[i].load(), timer.bytes[i].load(), timer.count[i].load()}; };
-  return {sums(0), sums(1)};
-}
-
-namespace {
-// Whether the rows were shared by stealing (asked for, and possible for these products).
-bool linear_shared_input_on(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets,
-                            int threads, bool stealing);
-}  // namespace
-
-void linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets, int threads) {
-  if (T != 1) {
-    linear_shared_input_on(x, T, in, targets, threads, false);
-    return;
-  }
-  ProductTimer& timer = product_timer();
-  const bool stealing = decode_stealing_for(timer.products.fetch_add(1, std::memory_order_relaxed));
-  if (!timer.on.load(std::memory_order_relaxed)) {
-    linear_shared_input_on(x, T, in, targets, threads, stealing);
-    return;
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  const bool stole = linear_shared_input_on(x, T, in, targets, threads, stealing);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  double bytes = 0;
-  for (const LinearTarget& target : targets) bytes += double(dtype_bytes_for(target.weight.type, in)) * double(target.out);
-  timer.seconds[stole] += seconds;
-  timer.bytes[stole] += bytes;
-  timer.count[stole] += 1;
-}
-
-namespace {
+// linear_shared_input with the rows of a one-token product shared by stealing or not; whether
+// they were (asked for, and possible for these products).
 bool linear_shared_input_on(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets,
                             int threads, bool stealing) {
   // x in the forms the targets' weight types multiply (quantized to 8 bits, rounded to bf16)
@@ -327,6 +290,7 @@ bool linear_shared_input_on(const float* x, int64_t T, int64_t in, std::span<con
   // Decode: the rows handed out by work stealing where that cannot change a result (rows_are_independent)
   if (stealing && rows_are_independent(T, targets) && team <= kMaxStealingTeam) {
     StealingShares shares(targets, threads, team);
+    std::atomic<bool> stole{true};
 #pragma omp parallel num_threads(int(team))
     {
       if (omp_get_num_threads() == team) {
@@ -334,10 +298,11 @@ bool linear_shared_input_on(const float* x, int64_t T, int64_t in, std::span<con
           input.run_block(target, begin, end);
         });
       } else {  // fewer threads than asked: the static blocks, each computed once
+        stole.store(false, std::memory_order_relaxed);
         for (int64_t b = omp_get_thread_num(); b < team; b += omp_get_num_threads()) thread_work(b);
       }
     }
-    return true;
+    return stole.load(std::memory_order_relaxed);
   }
 #pragma omp parallel num_threads(int(team))
   {
@@ -352,6 +317,40 @@ bool linear_shared_input_on(const float* x, int64_t T, int64_t in, std::span<con
 }
 
 }  // namespace
+
+void start_timing_decode_products() {
+  ProductTimer& timer = product_timer();
+  for (int i = 0; i < 2; ++i) timer.seconds[i] = 0, timer.bytes[i] = 0, timer.count[i] = 0;
+  timer.on = true;
+}
+
+DecodeProductSplit stop_timing_decode_products() {
+  ProductTimer& timer = product_timer();
+  timer.on = false;
+  auto sums = [&](int i) { return DecodeProductTimes{timer.seconds[i].load(), timer.bytes[i].load(), timer.count[i].load()}; };
+  return {sums(0), sums(1)};
+}
+
+void linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets, int threads) {
+  if (T != 1) {
+    linear_shared_input_on(x, T, in, targets, threads, false);
+    return;
+  }
+  ProductTimer& timer = product_timer();
+  const bool stealing = decode_stealing();
+  if (!timer.on.load(std::memory_order_relaxed)) {
+    linear_shared_input_on(x, T, in, targets, threads, stealing);
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool stole = linear_shared_input_on(x, T, in, targets, threads, stealing);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double bytes = 0;
+  for (const LinearTarget& target : targets) bytes += double(dtype_bytes_for(target.weight.type, in)) * double(target.out);
+  timer.seconds[stole] += seconds;
+  timer.bytes[stole] += bytes;
+  timer.count[stole] += 1;
+}
 
 void linear(float* y, const float* x, WeightView weight, const float* bias, int64_t T, int64_t in, int64_t out,
             int threads) {

@@ -84,6 +84,10 @@ void linear_shared_input(const float* x,  // [T, in]
 struct DecodeProductTimes {
   double seconds = 0, weight_bytes = 0;  // summed over the products timed
   int64_t products = 0;
+  DecodeProductTimes& operator+=(const DecodeProductTimes& more) {
+    seconds += more.seconds, weight_bytes += more.weight_bytes, products += more.products;
+    return *this;
+  }
 };
 struct DecodeProductSplit {
   DecodeProductTimes static_split, stealing;  // each product counted under the way its rows were shared

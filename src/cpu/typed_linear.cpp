@@ -246,7 +246,8 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   if (end <= begin) return;
   const DType type = target.weight.type;
   const int64_t T = T_, in = in_, out = target.out;
-  const kernels::KernelTable& k = kernels::table(kernels::best_isa());
+  const kernels::Isa isa = kernels::best_isa();
+  const kernels::KernelTable& k = kernels::table(isa);
   const bool prefill = T > kSmallBatchTokens;
   const PrefillPath path = prefill ? prefill_path_of(type, in) : PrefillPath::F32;
   const size_t row_bytes = size_t(dtype_bytes_for(type, in));
@@ -299,14 +300,14 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   }
   const QuantizedInput& qx = activation_block(type) == 32 ? b_->q8_0 : b_->q8_k;
   const bool has_offset = kernels::unpacked_has_offset(type);
-  if (T == 1 && k.dot_rows && kernels::has_fused_dot(type, kernels::best_isa())) {  // decode: blocks widened in registers
+  if (T == 1 && k.dot_rows && kernels::has_fused_dot(type, isa)) {  // decode: blocks widened in registers
     const kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
     k.dot_rows(type, weight + begin * row_bytes, row_bytes, end - begin, x, in, target.y + begin);
     if (target.bias)
       for (int64_t r = begin; r < end; ++r) target.y[r] += target.bias[r];
     return;
   }
-  if (!token_lanes_ && k.dot_rows && kernels::has_fused_dot(type, kernels::best_isa())) {
+  if (!token_lanes_ && k.dot_rows && kernels::has_fused_dot(type, isa)) {
     // Batched decode on a CPU without the token-lane kernels (AVX2): every token through the fused
     // dots, a tile of rows at a time, so each tile comes from memory once and from L1/L2 for the
     // other tokens (instead of unpacking each row and the plain per-token dot: 1.1B Q4_0, 16
@@ -329,7 +330,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     // Q8_0 and Q4_0 straight from the stored rows where the CPU has that kernel; the other types,
     // and every type in prefill, unpack a tile of rows first (prefill multiplies each unpacked tile
     // with every chunk of 16 tokens)
-    const bool stored = !prefill && k.dot_tokens_stored && kernels::has_stored_token_dot(type, kernels::best_isa());
+    const bool stored = !prefill && k.dot_tokens_stored && kernels::has_stored_token_dot(type, isa);
     const int R = stored ? kernels::kStoredTokenRows : kernels::kTokenRows;
     if (!stored) {
       ensure(s.q, size_t(R * in));
