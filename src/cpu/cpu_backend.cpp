@@ -11,6 +11,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #if defined(__linux__)
@@ -92,16 +93,17 @@ class WeightLoader {
 
   // A matrix as stored: in place when placed InPlace and its bytes are aligned for its type (f32:
   // 4 bytes, the others 2); otherwise one copy into the arena.
+  // (the embedding table: read by rows, so never regrouped)
   StoredMatrix matrix(WeightRole role, int layer = -1) {
     const TensorRef& t = checked(role, layer);
-    return rows_of(t, 0, t.shape[0]);
+    return rows_of(t, 0, t.shape[0], Use::RowGather);
   }
 
   // Output rows [begin, begin + n) of a matrix (a tensor-parallel shard of q/k/v, gate/up, the LM
   // head): whole rows are contiguous, so this is the same matrix starting `begin` rows later.
   StoredMatrix matrix_rows(WeightRole role, int layer, int64_t begin, int64_t n) {
     const TensorRef slice = shard_rows(checked(role, layer), begin, n);
-    return rows_of(slice, 0, n);
+    return rows_of(slice, 0, n, Use::Linear);
   }
 
   // Input columns [begin, begin + n) of every row (the tensor-parallel shard of o_proj and
@@ -109,7 +111,7 @@ class WeightLoader {
   // range that falls inside a stored block).
   StoredMatrix matrix_columns(WeightRole role, int layer, int64_t begin, int64_t n, int tp_size) {
     const TensorRef& t = checked(role, layer);
-    if (begin == 0 && n == t.shape[1]) return rows_of(t, 0, t.shape[0]);
+    if (begin == 0 && n == t.shape[1]) return rows_of(t, 0, t.shape[0], Use::Linear);
     StoredMatrix m;
     m.view.type = t.dtype;
     const size_t bytes = shard_columns_bytes(t, begin, n, tp_size);
@@ -154,9 +156,15 @@ class WeightLoader {
       }
     }
     for (const PendingCopy& c : copies_) {
-      for (size_t offset = 0; offset < c.bytes; offset += kChunk) {
-        const size_t n = std::min(kChunk, c.bytes - offset);
-        std::memcpy(c.to + offset, c.from + offset, n);
+      // a grouped matrix moves whole groups of rows per chunk (cpu::kernels::q4_0_rows_to_groups)
+      const size_t group_bytes = size_t(cpu::kernels::kGroupRows) * c.row_bytes;
+      const size_t chunk = c.row_groups ? std::max<size_t>(1, kChunk / group_bytes) * group_bytes : kChunk;
+      for (size_t offset = 0; offset < c.bytes; offset += chunk) {
+        const size_t n = std::min(chunk, c.bytes - offset);
+        if (c.row_groups)
+          cpu::kernels::q4_0_rows_to_groups(c.from + offset, int64_t(n / c.row_bytes), c.row_in, c.to + offset);
+        else
+          std::memcpy(c.to + offset, c.from + offset, n);
         if (c.file_mapped) drop_pages(c.from + offset, n);  // the file's pages are no longer needed here
         advance(n);
       }
@@ -167,7 +175,14 @@ class WeightLoader {
   CpuLoadReport report() const { return report_; }
 
  private:
-  StoredMatrix rows_of(const TensorRef& t, int64_t begin, int64_t n) {
+  enum class Use { Linear, RowGather };
+  // Whether a copied matrix is regrouped by 8 rows for the decode dot (kernels.h, block_q4_0x8).
+  bool grouped(const TensorRef& t, int64_t rows, Use use) const {
+    return use == Use::Linear && options_.row_groups && t.dtype == DType::Q4_0 && rows % cpu::kernels::kGroupRows == 0 &&
+           cpu::kernels::table(cpu::kernels::best_isa()).dot_row_groups != nullptr;
+  }
+
+  StoredMatrix rows_of(const TensorRef& t, int64_t begin, int64_t n, Use use) {
     const size_t row_bytes = size_t(dtype_bytes_for(t.dtype, t.shape.back()));
     const std::byte* data = t.data + size_t(begin) * row_bytes;
     const size_t bytes = size_t(n) * row_bytes;
@@ -181,9 +196,12 @@ class WeightLoader {
       return m;
     }
     std::byte* slot = arena_slot(t, bytes);
-    copies_.push_back({data, slot, bytes, t.file_mapped});  // copied by bring_into_memory, with the progress line
+    m.view.row_groups = grouped(t, n, use);
+    // copied (or regrouped) by bring_into_memory, with the progress line
+    copies_.push_back({data, slot, bytes, t.file_mapped, m.view.row_groups, row_bytes, t.shape.back()});
     m.view.data = slot;
     report_.bytes_copied += int64_t(bytes);
+    if (m.view.row_groups) report_.bytes_grouped += int64_t(bytes);
     return m;
   }
 
@@ -228,6 +246,9 @@ class WeightLoader {
     std::byte* to;
     size_t bytes;
     bool file_mapped;  // from a file mapping (TensorRef::file_mapped), not owned storage
+    bool row_groups;   // Q4_0 regrouped by 8 rows on the way
+    size_t row_bytes;
+    int64_t row_in;    // values per row
   };
   std::vector<PendingCopy> copies_;  // matrices placed in the arena, not yet copied
   CpuLoadReport report_;
@@ -239,6 +260,13 @@ TraceTensor trace_view(const Buffer& buffer, std::vector<int64_t> shape) {
 }
 
 }  // namespace
+
+bool default_row_groups() {
+  const char* value = std::getenv("JOURNEY_ROW_GROUPS");
+  if (!value || std::strcmp(value, "on") == 0) return true;
+  if (std::strcmp(value, "off") == 0) return false;
+  fail("JOURNEY_ROW_GROUPS='", value, "' is not a choice; expected on or off");
+}
 
 const char* weight_placement_name(WeightPlacement placement) {
   switch (placement) {

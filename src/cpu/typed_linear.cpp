@@ -22,6 +22,7 @@ struct Scratch {
   std::vector<unsigned char> bf16;     // kernels::bf16_panel_rows's panel and sums
   std::vector<unsigned char> amx;      // kernels::amx_rows's panel and tiles
   std::vector<unsigned char> panel;    // kernels::panel_rows's f32 panel and sums
+  std::vector<unsigned char> stored;   // [kStoredChunkRows, row bytes] rows of a grouped matrix back as stored
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -34,6 +35,11 @@ void ensure(V& v, size_t n) {
 
 // Rows widened to f32 per fallback chunk: 16 rows of 5632 floats stay in L2 (360 KB).
 constexpr int64_t kFallbackRows = 16;
+
+// Rows of a grouped Q4_0 matrix (WeightView::row_groups) put back as stored per chunk when a product
+// of several tokens reads it: 96 rows of 5632 weights are 297 KB (L2), two of bf16_panel_rows' 48-row
+// panels.
+constexpr int64_t kStoredChunkRows = 96;
 
 // From how many tokens batched decode takes dot_tokens (16 token lanes, filled or not) rather than
 // dot() per token. tests/cpu/bench_block_dots (AVX512-VNNI, Zen 4, in = 2048): dot() costs ~50 ns
@@ -252,6 +258,19 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   const PrefillPath path = prefill ? prefill_path_of(type, in) : PrefillPath::F32;
   const size_t row_bytes = size_t(dtype_bytes_for(type, in));
   const char* weight = static_cast<const char*>(target.weight.data);
+  if (target.weight.row_groups && !(T == 1 && k.dot_row_groups)) {
+    // more than one token: the rows back as stored, a chunk at a time, through the usual kernels
+    Scratch& s = scratch();
+    ensure(s.stored, size_t(kStoredChunkRows) * row_bytes);
+    for (int64_t r0 = begin; r0 < end; r0 += kStoredChunkRows) {
+      const int64_t n = std::min(kStoredChunkRows, end - r0);
+      kernels::q4_0_rows_from_groups(weight, in, r0, n, s.stored.data());
+      const LinearTarget rows{target.y + r0, WeightView{s.stored.data(), type}, target.bias ? target.bias + r0 : nullptr,
+                              out};
+      run_block(rows, 0, n);
+    }
+    return;
+  }
   if (prefill && path == PrefillPath::F32 && !dtype_is_quantized(type)) {  // f32, f16, bf16: the f32 panels
     Scratch& s = scratch();
     ensure(s.panel, k.panel_rows_scratch_bytes(T));
@@ -300,6 +319,27 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   }
   const QuantizedInput& qx = activation_block(type) == 32 ? b_->q8_0 : b_->q8_k;
   const bool has_offset = kernels::unpacked_has_offset(type);
+  if (target.weight.row_groups) {  // decode of a grouped Q4_0 matrix: whole groups, the edge groups through `edge`
+    const kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
+    constexpr int64_t G = kernels::kGroupRows;
+    const size_t group_bytes = size_t(G) * row_bytes;
+    for (int64_t r = begin; r < end;) {
+      const int64_t g = r / G, whole = r % G == 0 ? (end - r) / G : 0;
+      if (whole > 0) {
+        k.dot_row_groups(type, weight + g * group_bytes, whole, x, in, target.y + r);
+        r += whole * G;
+      } else {
+        float edge[G];
+        k.dot_row_groups(type, weight + g * group_bytes, 1, x, in, edge);
+        const int64_t n = std::min(G - r % G, end - r);
+        std::copy(edge + r % G, edge + r % G + n, target.y + r);
+        r += n;
+      }
+    }
+    if (target.bias)
+      for (int64_t r = begin; r < end; ++r) target.y[r] += target.bias[r];
+    return;
+  }
   if (T == 1 && k.dot_rows && kernels::has_fused_dot(type, isa)) {  // decode: blocks widened in registers
     const kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
     k.dot_rows(type, weight + begin * row_bytes, row_bytes, end - begin, x, in, target.y + begin);

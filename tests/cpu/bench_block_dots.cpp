@@ -8,6 +8,8 @@
 //   dot         an unpacked row against one token (batched decode before dot_tokens)
 //   dot_tokens  4 unpacked rows against 16 tokens in register lanes (batched decode)
 //   unpack_row  one stored row to the unpacked form (once per row per batched step)
+//   grouped     dot_row_groups: the fused decode dot on Q4_0 rows regrouped by 8 (block_q4_0x8),
+//               per row (compare with dot_row)
 //   stored      dot_tokens_stored: 4 stored rows against 16 tokens in register lanes, no unpacking
 //               (Q8_0 and Q4_0; compare with dot_tokens + unpack_row / 16 tokens)
 //
@@ -71,7 +73,8 @@ int main(int argc, char** argv) {
   for (float& v : x) v = normal(rng);
   std::printf("isa %s, in %lld, %lld tokens; ns of this thread's CPU time per row x token (2 x in operations)\n",
               std::string(cpu::kernels::isa_name(isa)).c_str(), (long long)in, (long long)tokens);
-  std::printf("%-6s %10s %10s %12s %12s %12s\n", "type", "dot_row", "dot", "dot_tokens", "unpack/row", "stored");
+  std::printf("%-6s %10s %10s %10s %12s %12s %12s\n", "type", "dot_row", "grouped", "dot", "dot_tokens", "unpack/row",
+              "stored");
   float sink = 0;
   for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const int64_t row_bytes = dtype_bytes_for(type, in);
@@ -95,6 +98,19 @@ int main(int argc, char** argv) {
         k.dot_rows(type, stored.data(), row_bytes, kRows, x0, in, rows_out);
         sink += rows_out[0];
       }, repeat) / kRows;
+    }
+    double grouped = -1;
+    if (k.dot_row_groups && type == DType::Q4_0) {
+      constexpr int64_t G = cpu::kernels::kGroupRows;
+      std::vector<uint8_t> rows(size_t(G * row_bytes)), groups(size_t(G * row_bytes));
+      for (int64_t r = 0; r < G; ++r)
+        quant::quantize(type, w.data() + (r % kRows) * in, rows.data() + r * row_bytes, in);
+      cpu::kernels::q4_0_rows_to_groups(rows.data(), G, in, groups.data());
+      float group_out[G];
+      grouped = time_call([&] {
+        k.dot_row_groups(type, groups.data(), 1, x0, in, group_out);
+        sink += group_out[0];
+      }, repeat / int(G) + 1) / double(G);
     }
     const double plain = time_call([&] {
       for (int r = 0; r < R; ++r)
@@ -125,8 +141,8 @@ int main(int argc, char** argv) {
       }, repeat / int(tokens) + 1) / double(kStored * tokens);
     }
     auto cell = [](double seconds) { return seconds < 0 ? std::string("-") : std::to_string(seconds * 1e9).substr(0, 6); };
-    std::printf("%-6s %10s %10s %12s %12s %12s\n", std::string(dtype_name(type)).c_str(), cell(fused).c_str(),
-                cell(plain).c_str(), cell(tiled).c_str(), cell(unpack).c_str(), cell(direct).c_str());
+    std::printf("%-6s %10s %10s %10s %12s %12s %12s\n", std::string(dtype_name(type)).c_str(), cell(fused).c_str(),
+                cell(grouped).c_str(), cell(plain).c_str(), cell(tiled).c_str(), cell(unpack).c_str(), cell(direct).c_str());
   }
   // The floor of every column but unpack: each row x token is `in` multiply-adds, and vpdpbusd
   // (512-bit) does 64 of them per instruction at best (AVX2's vpmaddubsw + vpmaddwd pair 32).

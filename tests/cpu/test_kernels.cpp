@@ -205,6 +205,55 @@ TEST_CASE("kernels: dot_rows over many rows gives each row the value it gets alo
     }
 }
 
+TEST_CASE("kernels: Q4_0 rows in groups of 8 hold the stored bytes, and their decode dot equals dot_rows' bit for bit") {
+  // 16 rows (two groups) of 800 (25 blocks: the 4-block loop and a tail block) and 768 (no tail);
+  // quants 0 and 15 planted in some blocks so a nibble placed in the wrong half or pair shows
+  for (int64_t n : {int64_t(768), int64_t(800)}) {
+    CAPTURE(n);
+    constexpr int64_t kRows = 16;
+    const size_t row_bytes = size_t(dtype_bytes_for(DType::Q4_0, n));
+    std::vector<uint8_t> stored(size_t(kRows) * row_bytes);
+    for (int64_t r = 0; r < kRows; ++r) {
+      auto values = scalar::random_vector(size_t(n), 70 + uint64_t(r), 0.5f);
+      for (int64_t i = 0; i < n; i += 97) values[size_t(i)] = (r % 2 ? 4.0f : -4.0f);  // extremes of their blocks
+      const auto bytes = quantized(DType::Q4_0, values);
+      std::memcpy(stored.data() + r * row_bytes, bytes.data(), row_bytes);
+    }
+    std::vector<uint8_t> grouped(stored.size()), back(stored.size(), 0xAB);
+    cpu::kernels::q4_0_rows_to_groups(stored.data(), kRows, n, grouped.data());
+    CHECK(grouped != stored);  // (the layout moves bytes)
+    cpu::kernels::q4_0_rows_from_groups(grouped.data(), n, 0, kRows, back.data());
+    CHECK(back == stored);
+    // any run of rows, groups crossed
+    std::vector<uint8_t> some(size_t(5) * row_bytes);
+    cpu::kernels::q4_0_rows_from_groups(grouped.data(), n, 6, 5, some.data());
+    CHECK(std::memcmp(some.data(), stored.data() + 6 * row_bytes, some.size()) == 0);
+
+    const auto x_values = scalar::random_vector(size_t(n), 61, 2.0f);
+    cpu::QuantizedInput qx;
+    qx.quantize(x_values.data(), 1, n, 32);
+    const cpu::kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
+    bool any = false;
+    for (Isa isa : supported_isas()) {
+      const auto& k = cpu::kernels::table(isa);
+      if (!k.dot_row_groups) continue;
+      any = true;
+      CAPTURE(cpu::kernels::isa_name(isa));
+      std::vector<float> from_groups(kRows, NAN), from_rows(kRows, NAN);
+      k.dot_row_groups(DType::Q4_0, grouped.data(), kRows / cpu::kernels::kGroupRows, x, n, from_groups.data());
+      k.dot_rows(DType::Q4_0, stored.data(), row_bytes, kRows, x, n, from_rows.data());
+      for (int64_t r = 0; r < kRows; ++r) {
+        CAPTURE(r);
+        CHECK(std::memcmp(&from_groups[size_t(r)], &from_rows[size_t(r)], sizeof(float)) == 0);
+      }
+      float other[cpu::kernels::kGroupRows];
+      k.dot_row_groups(DType::Q8_0, grouped.data(), 1, x, n, other);
+      CHECK(std::isnan(other[0]));
+    }
+    if (!any) MESSAGE("no instruction set of this CPU has dot_row_groups (AVX512-VNNI); only the regrouping is tested");
+  }
+}
+
 TEST_CASE("kernels: dot_tokens (batched decode, tokens in register lanes) equals dot() per row and token") {
   const int64_t n = 768;  // 3 super-blocks, 24 legacy blocks
   for (Isa isa : supported_isas()) {
