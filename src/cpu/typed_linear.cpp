@@ -258,8 +258,9 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   const PrefillPath path = prefill ? prefill_path_of(type, in) : PrefillPath::F32;
   const size_t row_bytes = size_t(dtype_bytes_for(type, in));
   const char* weight = static_cast<const char*>(target.weight.data);
-  if (target.weight.row_groups && !(T == 1 && k.dot_row_groups)) {
-    // more than one token: the rows back as stored, a chunk at a time, through the usual kernels
+  const bool fused_groups = target.weight.row_groups && T <= kSmallBatchTokens && !token_lanes_ && k.dot_row_groups;
+  if (target.weight.row_groups && !fused_groups) {
+    // prefill and the token lanes: the rows back as stored, a chunk at a time, through the usual kernels
     Scratch& s = scratch();
     ensure(s.stored, size_t(kStoredChunkRows) * row_bytes);
     for (int64_t r0 = begin; r0 < end; r0 += kStoredChunkRows) {
@@ -319,25 +320,35 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   }
   const QuantizedInput& qx = activation_block(type) == 32 ? b_->q8_0 : b_->q8_k;
   const bool has_offset = kernels::unpacked_has_offset(type);
-  if (target.weight.row_groups) {  // decode of a grouped Q4_0 matrix: whole groups, the edge groups through `edge`
-    const kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
+  if (fused_groups) {
+    // a grouped Q4_0 matrix, 1 to 5 tokens: the fused dot on whole groups, edge groups through
+    // `edge` — each row's value is what dot_rows gives it as stored (the branches below)
     constexpr int64_t G = kernels::kGroupRows;
     const size_t group_bytes = size_t(G) * row_bytes;
-    for (int64_t r = begin; r < end;) {
-      const int64_t g = r / G, whole = r % G == 0 ? (end - r) / G : 0;
-      if (whole > 0) {
-        k.dot_row_groups(type, weight + g * group_bytes, whole, x, in, target.y + r);
-        r += whole * G;
-      } else {
-        float edge[G];
-        k.dot_row_groups(type, weight + g * group_bytes, 1, x, in, edge);
-        const int64_t n = std::min(G - r % G, end - r);
-        std::copy(edge + r % G, edge + r % G + n, target.y + r);
-        r += n;
+    auto rows_of_token = [&](int64_t t, int64_t r, int64_t r_end) {  // y[t, r .. r_end)
+      const kernels::QuantizedActivations xt{qx.q.data() + t * in, qx.dx.data() + t * groups,
+                                             qx.gsum.data() + t * groups, qx.xs.data() + t * groups};
+      float* y = target.y + t * out;
+      while (r < r_end) {
+        const int64_t g = r / G, whole = r % G == 0 ? (r_end - r) / G : 0;
+        if (whole > 0) {
+          k.dot_row_groups(type, weight + g * group_bytes, whole, xt, in, y + r);
+          r += whole * G;
+        } else {
+          float edge[G];
+          k.dot_row_groups(type, weight + g * group_bytes, 1, xt, in, edge);
+          const int64_t n = std::min(G - r % G, r_end - r);
+          std::copy(edge + r % G, edge + r % G + n, y + r);
+          r += n;
+        }
       }
-    }
+    };
+    constexpr int64_t kTileRows = 16;  // several tokens: as the stored rows' tiles below, each tile from memory once
+    for (int64_t r0 = begin; r0 < end; r0 += T == 1 ? end - begin : kTileRows)
+      for (int64_t t = 0; t < T; ++t) rows_of_token(t, r0, T == 1 ? end : std::min(end, r0 + kTileRows));
     if (target.bias)
-      for (int64_t r = begin; r < end; ++r) target.y[r] += target.bias[r];
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = begin; r < end; ++r) target.y[t * out + r] += target.bias[r];
     return;
   }
   if (T == 1 && k.dot_rows && kernels::has_fused_dot(type, isa)) {  // decode: blocks widened in registers

@@ -179,7 +179,8 @@ TEST_CASE("copying the weights leaves the model's own tensors intact, file-backe
 }
 
 // Q4_0 linear weights copied at load are regrouped by 8 rows for the one-token decode dot
-// (kernels.h, block_q4_0x8) where the CPU has it; every product — one token, a few, a prefill —
+// (kernels.h, block_q4_0x8) where the CPU has it; every product — one token, a few, the token
+// lanes of a larger batch, a prefill —
 // then gives exactly what it gives on the rows as stored: the same logits, bit for bit.
 TEST_CASE("Q4_0 weights regrouped by 8 rows at load give the logits of the rows as stored, bit for bit") {
   const fs::path work = fs::path(JOURNEY_BINARY_DIR) / "test-tmp" / "row-groups";
@@ -198,7 +199,7 @@ TEST_CASE("Q4_0 weights regrouped by 8 rows at load give the logits of the rows 
 
   struct Run {
     CpuLoadReport report;
-    std::vector<float> logits;  // a prefill of 20 tokens (last row), 3 one-token steps, a step of 2 sequences
+    std::vector<float> logits;  // a prefill of 20 tokens (last row), 3 one-token steps, steps of 2 and 7 sequences
   };
   auto run = [&](WeightPlacement placement, bool row_groups) {
     Run r;
@@ -220,6 +221,10 @@ TEST_CASE("Q4_0 weights regrouped by 8 rows at load give the logits of the rows 
     two.sequences.push_back({0, {7}, 23, {0, 1}, false});
     two.sequences.push_back({1, {9}, 0, {2}, false});
     keep(backend->forward(two));
+    ForwardBatch seven;  // (the token-lane kernels from 6 tokens)
+    for (int32_t s = 0; s < 7; ++s) seven.sequences.push_back({s, {11 + s}, s < 2 ? (s == 0 ? 24 : 1) : 0, {s == 0 ? 0 : s + 1}, false});
+    seven.sequences[0].block_table = {0, 1};
+    keep(backend->forward(seven));
     return r;
   };
   const Run grouped = run(WeightPlacement::Copy, true);
@@ -232,7 +237,7 @@ TEST_CASE("Q4_0 weights regrouped by 8 rows at load give the logits of the rows 
   CHECK(stored.report.bytes_grouped == 0);
   CHECK(in_place.report.bytes_grouped == 0);  // --mmap: the file's bytes as they are
   REQUIRE(grouped.logits.size() == stored.logits.size());
-  CHECK(grouped.logits.size() == 6 * 4096);  // the last row of each sequence per step
+  CHECK(grouped.logits.size() == 13 * 4096);  // the last row of each sequence per step
   CHECK(std::memcmp(grouped.logits.data(), stored.logits.data(), grouped.logits.size() * sizeof(float)) == 0);
   CHECK(std::memcmp(in_place.logits.data(), stored.logits.data(), stored.logits.size() * sizeof(float)) == 0);
 }
