@@ -132,6 +132,11 @@ struct KernelTable {
   // block of 32 in f32. out [rows, kLaneTokens]. nullptr in the generic table.
   void (*dot_tokens_stored)(DType type, const void* rows, size_t row_bytes, int count, const TokenLaneActivations& x,
                             int64_t n, float* out);
+  // dot_tokens_stored on rows [first, first + count) (first + count <= 8, count <= kStoredTokenRows)
+  // of one group of a Q4_0 matrix regrouped by 8 (block_q4_0x8; `row_bytes` of the rows as stored):
+  // the stored rows' results, bit for bit. AVX512-VNNI only (nullptr elsewhere, with dot_row_groups).
+  void (*dot_tokens_grouped)(DType type, const void* group, size_t row_bytes, int first, int count,
+                             const TokenLaneActivations& x, int64_t n, float* out);
   // One row of n values (a multiple of 32) as Q8_0 activation blocks: q [n], and per group of 16
   // dx (the block's scale), gsum (the sum of its quants) and xs = dx * gsum, [n / 16] each; bit for
   // bit QuantizedInput::quantize's plain loop (block 32). AVX2 and AVX-512; nullptr in the generic

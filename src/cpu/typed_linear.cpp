@@ -259,8 +259,9 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   const size_t row_bytes = size_t(dtype_bytes_for(type, in));
   const char* weight = static_cast<const char*>(target.weight.data);
   const bool fused_groups = target.weight.row_groups && T <= kSmallBatchTokens && !token_lanes_ && k.dot_row_groups;
-  if (target.weight.row_groups && !fused_groups) {
-    // prefill and the token lanes: the rows back as stored, a chunk at a time, through the usual kernels
+  const bool lane_groups = target.weight.row_groups && !prefill && token_lanes_ && k.dot_tokens_grouped;
+  if (target.weight.row_groups && !fused_groups && !lane_groups) {
+    // prefill: the rows back as stored, a chunk at a time, through the usual kernels
     Scratch& s = scratch();
     ensure(s.stored, size_t(kStoredChunkRows) * row_bytes);
     for (int64_t r0 = begin; r0 < end; r0 += kStoredChunkRows) {
@@ -374,6 +375,22 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
         for (int64_t r = 0; r < rows; ++r)
           target.y[t * out + r0 + r] = (target.bias ? target.bias[r0 + r] : 0.0f) + tile[r];
       }
+    }
+    return;
+  }
+  if (lane_groups) {  // batched decode of a grouped Q4_0 matrix: as the stored rows below, from the groups
+    constexpr int64_t G = kernels::kGroupRows, L = kernels::kLaneTokens;
+    float tile_out[kernels::kStoredTokenRows * L];  // [rows, kLaneTokens]
+    const kernels::TokenLaneActivations lanes = qx.token_lanes(0);
+    for (int64_t r0 = begin; r0 < end;) {
+      // up to 4 rows, not past the group's end
+      const int rows = int(std::min({int64_t(kernels::kStoredTokenRows), G - r0 % G, end - r0}));
+      k.dot_tokens_grouped(type, weight + r0 / G * G * row_bytes, row_bytes, int(r0 % G), rows, lanes, in, tile_out);
+      for (int r = 0; r < rows; ++r) {
+        const float bias = target.bias ? target.bias[r0 + r] : 0.0f;
+        for (int64_t t = 0; t < lanes.tokens; ++t) target.y[t * out + r0 + r] = bias + tile_out[r * L + t];
+      }
+      r0 += rows;
     }
     return;
   }

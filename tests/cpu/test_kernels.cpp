@@ -205,7 +205,7 @@ TEST_CASE("kernels: dot_rows over many rows gives each row the value it gets alo
     }
 }
 
-TEST_CASE("kernels: Q4_0 rows in groups of 8 hold the stored bytes, and their decode dot equals dot_rows' bit for bit") {
+TEST_CASE("kernels: Q4_0 rows in groups of 8 hold the stored bytes, and their decode dots equal the stored rows' bit for bit") {
   // 16 rows (two groups) of 800 (25 blocks: the 4-block loop and a tail block) and 768 (no tail);
   // quants 0 and 15 planted in some blocks so a nibble placed in the wrong half or pair shows
   for (int64_t n : {int64_t(768), int64_t(800)}) {
@@ -249,6 +249,24 @@ TEST_CASE("kernels: Q4_0 rows in groups of 8 hold the stored bytes, and their de
       float other[cpu::kernels::kGroupRows];
       k.dot_row_groups(DType::Q8_0, grouped.data(), 1, x, n, other);
       CHECK(std::isnan(other[0]));
+      // batched decode: 7 tokens in the lanes, any run of up to 4 rows of a group (the second group)
+      if (!k.dot_tokens_grouped) continue;
+      const auto tokens = scalar::random_vector(size_t(7 * n), 62, 2.0f);
+      cpu::QuantizedInput lanes;
+      lanes.quantize(tokens.data(), 7, n, 32);
+      lanes.lay_out_token_lanes(7);
+      constexpr int64_t L = cpu::kernels::kLaneTokens;
+      const int64_t G = cpu::kernels::kGroupRows;
+      for (int first : {0, 1, 4, 5, 7})
+        for (int count = 1; count <= 4 && first + count <= G; ++count) {
+          CAPTURE(first); CAPTURE(count);
+          std::vector<float> from_group(size_t(4 * L), NAN), from_rows(size_t(4 * L), NAN);
+          k.dot_tokens_grouped(DType::Q4_0, grouped.data() + G * row_bytes, row_bytes, first, count, lanes.token_lanes(),
+                               n, from_group.data());
+          k.dot_tokens_stored(DType::Q4_0, stored.data() + (G + first) * row_bytes, row_bytes, count, lanes.token_lanes(),
+                              n, from_rows.data());
+          CHECK(std::memcmp(from_group.data(), from_rows.data(), size_t(count * L) * sizeof(float)) == 0);
+        }
     }
     if (!any) MESSAGE("no instruction set of this CPU has dot_row_groups (AVX512-VNNI); only the regrouping is tested");
   }
