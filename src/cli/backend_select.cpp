@@ -193,12 +193,16 @@ void add_backend_flags(CLI::App* cmd, BackendFlags& flags) {
 }
 
 std::string load_line(const LoadInfo& info) {
-  char line[256];
+  char line[320];
   const double gb = 1e9;
+  char grouped[96] = "";
+  if (info.grouped_bytes > 0)
+    std::snprintf(grouped, sizeof grouped, ", %.2f GB of them Q4_0 rows regrouped by 8 for decode",
+                  double(info.grouped_bytes) / gb);
   if (info.in_place_bytes == 0 && info.copied_bytes > 0)
     std::snprintf(line, sizeof line,
-                  "loaded in %.1f s: %.2f GB of weights copied into 2 MiB pages (--mmap: in place); resident %.2f GB",
-                  info.seconds, double(info.copied_bytes) / gb, double(info.resident_bytes) / gb);
+                  "loaded in %.1f s: %.2f GB of weights copied into 2 MiB pages%s (--mmap: in place); resident %.2f GB",
+                  info.seconds, double(info.copied_bytes) / gb, grouped, double(info.resident_bytes) / gb);
   else if (info.in_place_bytes + info.copied_bytes > 0)
     std::snprintf(line, sizeof line, "loaded in %.1f s: %.2f GB of weights used in place, %.2f GB copied; resident %.2f GB",
                   info.seconds, double(info.in_place_bytes) / gb, double(info.copied_bytes) / gb,
@@ -243,7 +247,9 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::strin
     }
     backend = make_cpu_backend(model, options);
     if (world) backend = join_tensor_parallel_group(std::move(backend), *world, model, flags, world->transport());
-    if (info) info->in_place_bytes = report.bytes_in_place, info->copied_bytes = report.bytes_copied;
+    if (info)
+      info->in_place_bytes = report.bytes_in_place, info->copied_bytes = report.bytes_copied,
+      info->grouped_bytes = report.bytes_grouped;
   } else if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
 #if defined(JOURNEY_HAVE_CUDA)
     CudaOptions options;  // bf16 weights unless "cuda:f32" / "cuda:f16"

@@ -119,7 +119,14 @@ void register_bench(CLI::App& app) {
     result.resident_after_load = load.resident_bytes;
     result.model_file_bytes = load.file_bytes;
     result.weight_types = backend->stored_weight_types();
-    if (backend->name() == "cpu") result.cpu_kernels = cpu::kernels::kernel_choice();
+    if (backend->name() == "cpu") {
+      result.cpu_kernels = cpu::kernels::kernel_choice();
+      if (load.grouped_bytes > 0) {  // (CpuOptions::row_groups)
+        char grouped[64];
+        std::snprintf(grouped, sizeof grouped, ", Q4_0 rows regrouped by 8 (%.2f GB)", double(load.grouped_bytes) / 1e9);
+        result.cpu_kernels += grouped;
+      }
+    }
     if (args->backend.tensor_parallel > 1)
       result.ceilings_skipped_why = "the ranks of a tensor-parallel group share this machine's cores and memory "
                                     "bandwidth, so one process's ceilings do not bound the group";
