@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <string>
 
 #include "assets/model.h"
 #include "assets/safetensors.h"
@@ -63,6 +64,20 @@ fs::path write_model(const fs::path& dir, DType dtype) {
   return dir;
 }
 
+// A GGUF of the f32 model at `f32_dir` in `type` (q8_0, q4_0, ...), written by journey quantize's code
+// (it needs a vocabulary: stories260K's tokenizer, padded to the config's vocabulary).
+fs::path write_quantized(const fs::path& f32_dir, const fs::path& out, const std::string& type) {
+  if (!fs::exists(f32_dir / "tokenizer.model"))
+    fs::copy_file(fs::path(JOURNEY_SOURCE_DIR) / "data/stories260K/tokenizer.model", f32_dir / "tokenizer.model");
+  quant::QuantizeOptions options;
+  options.input = f32_dir;
+  options.output = out;
+  options.type = type;
+  options.threads = 2;
+  quant::quantize_model(options);
+  return out;
+}
+
 int64_t weight_file_bytes(const LoadedModel& model) {
   int64_t bytes = 0;
   for (const FileRole& f : model.files)
@@ -103,16 +118,8 @@ TEST_CASE("resident memory after loading <= the file's size x 1.1, in place and 
   fs::remove_all(work);
   const fs::path f32 = write_model(work / "f32", DType::F32);
   const fs::path f16 = write_model(work / "f16", DType::F16);
-  // a Q8_0 GGUF of the f32 model, written by journey quantize's code (it needs a vocabulary:
-  // stories260K's tokenizer, padded to the config's vocabulary)
-  fs::copy_file(fs::path(JOURNEY_SOURCE_DIR) / "data/stories260K/tokenizer.model", f32 / "tokenizer.model");
-  quant::QuantizeOptions q8;
-  q8.input = f32;
-  q8.output = work / "q8_0.gguf";
-  q8.type = "q8_0";
-  q8.threads = 2;
-  quant::quantize_model(q8);
-  for (const fs::path& path : {f32, f16, q8.output}) {
+  const fs::path q8_0 = write_quantized(f32, work / "q8_0.gguf", "q8_0");
+  for (const fs::path& path : {f32, f16, q8_0}) {
     for (WeightPlacement asked : {WeightPlacement::InPlace, WeightPlacement::Copy, WeightPlacement::Auto}) {
       CAPTURE(path.string()); CAPTURE(weight_placement_name(asked));
       std::unique_ptr<Backend> backend;
@@ -185,15 +192,7 @@ TEST_CASE("copying the weights leaves the model's own tensors intact, file-backe
 TEST_CASE("Q4_0 weights regrouped by 8 rows at load give the logits of the rows as stored, bit for bit") {
   const fs::path work = fs::path(JOURNEY_BINARY_DIR) / "test-tmp" / "row-groups";
   fs::remove_all(work);
-  const fs::path f32 = write_model(work / "f32", DType::F32);
-  fs::copy_file(fs::path(JOURNEY_SOURCE_DIR) / "data/stories260K/tokenizer.model", f32 / "tokenizer.model");
-  quant::QuantizeOptions q4;
-  q4.input = f32;
-  q4.output = work / "q4_0.gguf";
-  q4.type = "q4_0";
-  q4.threads = 2;
-  quant::quantize_model(q4);
-  const LoadedModel model = load_model(q4.output);
+  const LoadedModel model = load_model(write_quantized(write_model(work / "f32", DType::F32), work / "q4_0.gguf", "q4_0"));
   const bool has_kernel = cpu::kernels::table(cpu::kernels::best_isa()).dot_row_groups != nullptr;
   if (!has_kernel) MESSAGE("this CPU has no dot_row_groups (AVX512-VNNI): nothing is regrouped, checked below");
 
