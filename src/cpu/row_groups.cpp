@@ -16,10 +16,11 @@ static_assert(kBlockBytes == 18);
 // of 2048 put back, against 42 for this; bench_block_dots' back/row).
 typedef uint8_t Bytes __attribute__((vector_size(16)));
 
-// Quant i (0..31) of a stored block: block_q4_0's nibble order.
-inline uint8_t quant_of(const quant::block_q4_0& b, int i) { return i < 16 ? b.qs[i] & 0x0F : b.qs[i - 16] >> 4; }
 }  // namespace
 
+// Half h of a chunk, bytes 32j .. 32j + 31: row A = 4h + j's quants in the low nibbles, row B = 4h + 2 + j's
+// in the high ones; a stored byte i holds quants i (low) and i + 16 (high), so bytes 32j + i and
+// 32j + 16 + i come from stored byte i of A and of B.
 void q4_0_rows_to_groups(const void* stored, int64_t rows, int64_t in, void* grouped) {
   const int64_t blocks = in / quant::kQK;
   const auto* src = static_cast<const quant::block_q4_0*>(stored);  // [rows, blocks]
@@ -30,10 +31,13 @@ void q4_0_rows_to_groups(const void* stored, int64_t rows, int64_t in, void* gro
       const quant::block_q4_0* row0 = src + g * kGroupRows * blocks + b;  // row r's block: row0[r * blocks]
       for (int r = 0; r < kGroupRows; ++r) c.d[r] = row0[r * blocks].d;
       for (int h = 0; h < 2; ++h)
-        for (int i = 0; i < 64; ++i) {  // pair p's byte i: quant i % 32 of row 2p + i / 32
-          const uint8_t lo = quant_of(row0[(4 * h + i / 32) * blocks], i % 32);      // pair 2h
-          const uint8_t hi = quant_of(row0[(4 * h + 2 + i / 32) * blocks], i % 32);  // pair 2h + 1
-          c.qs[64 * h + i] = uint8_t(lo | hi << 4);
+        for (int j = 0; j < 2; ++j) {
+          Bytes a, b_;
+          std::memcpy(&a, row0[(4 * h + j) * blocks].qs, 16);
+          std::memcpy(&b_, row0[(4 * h + 2 + j) * blocks].qs, 16);
+          const Bytes low_quants = (a & 0x0F) | (b_ << 4), high_quants = (a >> 4) | (b_ & 0xF0);
+          std::memcpy(c.qs + 64 * h + 32 * j, &low_quants, 16);
+          std::memcpy(c.qs + 64 * h + 32 * j + 16, &high_quants, 16);
         }
     }
 }
