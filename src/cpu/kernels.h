@@ -109,11 +109,12 @@ struct KernelTable {
   // result does not depend on `count`. AVX2, AVX-512 and aarch64 dotprod; nullptr in the generic table.
   void (*dot_rows)(DType type, const void* first, size_t row_bytes, int64_t count, const QuantizedActivations& x,
                    int64_t n, float* out);
-  // dot_rows for a Q4_0 matrix stored in row groups (q4_0_row_groups below): `group_count`
+  // dot_rows for a Q4_0 matrix stored in row groups (block_q4_0x8 below): `group_count`
   // consecutive groups from `groups` against one quantized activation row, out [8 * group_count].
   // Each row's result equals dot_rows' on the same row as stored, bit for bit: the same integer
-  // sums in the same lanes, the same scales, FMAs and order of sums, only four rows per pair of
-  // 256-bit halves and the activation block loaded once for eight rows. NaN for other types.
+  // sums in the same lanes, the same scales, FMAs and order of sums, only two rows per 512-bit
+  // register (one per 256-bit half) and the activation block loaded once for eight rows. NaN for
+  // other types.
   // AVX512-VNNI only; nullptr in the other tables (those CPUs keep Q4_0 rows as stored).
   void (*dot_row_groups)(DType type, const void* groups, int64_t group_count, const QuantizedActivations& x,
                          int64_t n, float* out);
