@@ -65,6 +65,24 @@ extern const bool kRowStreamPrefetch;
 // The zero point z and whether the type has per-group offsets o (a minimum) after unpacking.
 int unpacked_zero(DType type);
 bool unpacked_has_offset(DType type);
+// v as it is: a product passed through here is rounded to f32 before whatever adds it, never fused
+// with that addition into an FMA. The float part of dot() (the generic one and aarch64's) uses it
+// for every product, so that its bits do not depend on where the compiler chose to contract: GCC
+// rounded the products of dot()'s vector part and fused those of its scalar tail and of the offsets,
+// and compiled the same loop otherwise where it was inlined with a constant count (aarch64's Q4_K
+// fused dot), one bit apart (tests/cpu/test_kernels.cpp).
+inline float unfused(float v) {
+#if defined(__aarch64__)
+  asm("" : "+w"(v));
+#elif defined(__x86_64__) || defined(__i386__)
+  asm("" : "+x"(v));
+#else
+  volatile float kept = v;
+  v = kept;
+#endif
+  return v;
+}
+
 // Weights per unpacked group (scale, offset): 16 for every block type.
 inline constexpr int64_t kGroup = 16;
 
@@ -194,11 +212,11 @@ inline bool has_stored_token_dot(DType type, Isa isa) {
 inline constexpr int kStoredTokenRows = 4;  // rows per dot_tokens_stored call
 
 // The types KernelTable::dot_rows of `isa` multiplies: on x86 every block type (the legacy ones
-// and Q2_K .. Q6_K), on aarch64 dotprod the legacy ones.
+// and Q2_K .. Q6_K), on aarch64 dotprod the legacy ones and Q4_K, Q6_K.
 inline bool has_fused_dot(DType type, Isa isa) {
   if (isa == Isa::NeonDot)
     return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 ||
-           type == DType::Q5_1;
+           type == DType::Q5_1 || type == DType::Q4_K || type == DType::Q6_K;
   return dtype_is_quantized(type);
 }
 

@@ -6,9 +6,9 @@
 // and chosen at run time only where Linux reports the instruction (HWCAP_ASIMDDP, gemm.cpp), so the
 // rest of the binary stays Armv8-A.
 //
-// It also has the fused decode dots of the legacy types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; dot_rows,
-// below): one token against the stored rows with sdot, no unpacked copy. The K types still unpack
-// each row first. (Built and tested under qemu only, where nothing can be timed: docs/arm.md.)
+// It also has the fused decode dots of the legacy types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and of Q4_K
+// and Q6_K (the Q4_K_M mix; dot_rows, below): one token against the stored rows with sdot, no
+// unpacked copy. Q2_K, Q3_K and Q5_K still unpack each row first. (Built and tested under qemu only, where nothing can be timed: docs/arm.md.)
 //
 // The unpacked quants are unsigned (0..255 for Q8_0, below 64 for the others) and the activations
 // signed; sdot multiplies signed by signed (the mixed usdot is Armv8.6 i8mm), so each quant is
@@ -23,6 +23,7 @@
 
 #include "cpu/kernels.h"
 #include "quant/blocks.h"
+#include "quant/dequantize.h"
 
 namespace journey::cpu::kernels {
 
@@ -58,9 +59,9 @@ inline void group_sums(const uint8_t* q, const int8_t* x, const int32_t* gsum, i
 // chunk's scales and offsets as unpack_row writes them, sums its integer sums.
 inline void add_groups(float& acc, float& acc_offset, const float* s, const float* o, bool has_offset,
                        const int32_t* sums, const QuantizedActivations& x, int64_t g0, int64_t here) {
-  for (int64_t g = 0; g < here; ++g) acc += s[g] * x.dx[g0 + g] * float(sums[g]);
+  for (int64_t g = 0; g < here; ++g) acc += unfused(s[g] * x.dx[g0 + g] * float(sums[g]));
   if (has_offset)
-    for (int64_t g = 0; g < here; ++g) acc_offset += o[g] * x.xs[g0 + g];
+    for (int64_t g = 0; g < here; ++g) acc_offset += unfused(o[g] * x.xs[g0 + g]);
 }
 
 float dot(const uint8_t* q, const float* s, const float* o, int zero, bool has_offset, const QuantizedActivations& x,
@@ -156,6 +157,85 @@ float dot_legacy(const void* row, const QuantizedActivations& x, int64_t n) {
   return acc - acc_offset;
 }
 
+// The fused decode dots of Q4_K and Q6_K (the types of the Q4_K_M mix) the same way: per super-block
+// of 256 (one chunk of 16 groups of dot()), each group's exact integer sum by sdot on its 16 quants
+// (Q4_K's nibbles as they are, zero point 0, its minimums in the offsets; Q6_K's 6-bit quants minus
+// 32), the scales and offsets unpack_row would write (d * sc, dmin * m; d * scale), then dot()'s
+// float part in its order: the generic table's result, bit for bit.
+using quant::block_q4_k;
+using quant::block_q6_k;
+
+// sums[g] for 4 groups whose 16 quants are q[0..3], against the activations at x (16 per group).
+inline void four_group_sums(const int8x16_t (&q)[4], const int8_t* x, int32_t* sums) {
+  const int32x4_t none = vdupq_n_s32(0);
+  const int32x4_t pair01 = vpaddq_s32(vdotq_s32(none, q[0], vld1q_s8(x)), vdotq_s32(none, q[1], vld1q_s8(x + 16)));
+  const int32x4_t pair23 = vpaddq_s32(vdotq_s32(none, q[2], vld1q_s8(x + 32)), vdotq_s32(none, q[3], vld1q_s8(x + 48)));
+  vst1q_s32(sums, vpaddq_s32(pair01, pair23));
+}
+
+float dot_q4_k(const void* row, const QuantizedActivations& x, int64_t n) {
+  const block_q4_k* blocks = static_cast<const block_q4_k*>(row);
+  const uint8x16_t low = vdupq_n_u8(0x0F);
+  float acc = 0, acc_offset = 0;
+  for (int64_t b = 0; b < n / quant::kQK_K; ++b) {
+    const block_q4_k& k = blocks[b];
+    const int8_t* xq = x.q + b * quant::kQK_K;
+    int32_t sums[16];
+    for (int c = 0; c < 4; ++c) {  // 32 bytes: weights 64c + l (low nibbles: groups 4c, 4c + 1), 64c + 32 + l (high)
+      const uint8x16_t v0 = vld1q_u8(k.qs + 32 * c), v1 = vld1q_u8(k.qs + 32 * c + 16);
+      const int8x16_t q[4] = {vreinterpretq_s8_u8(vandq_u8(v0, low)), vreinterpretq_s8_u8(vandq_u8(v1, low)),
+                              vreinterpretq_s8_u8(vshrq_n_u8(v0, 4)), vreinterpretq_s8_u8(vshrq_n_u8(v1, 4))};
+      four_group_sums(q, xq + 64 * c, sums + 4 * c);
+    }
+    float s[16], o[16];  // as unpack_row writes them: per group of 32, for both its groups of 16
+    const float d = half_to_f32(k.d), dmin = half_to_f32(k.dmin);
+    for (int g = 0; g < 8; ++g) {
+      uint8_t sc, m;
+      quant::scale_min_k4(g, k.scales, &sc, &m);
+      s[2 * g] = s[2 * g + 1] = d * float(sc);
+      o[2 * g] = o[2 * g + 1] = dmin * float(m);
+    }
+    add_groups(acc, acc_offset, s, o, true, sums, x, b * 16, 16);
+  }
+  return acc - acc_offset;
+}
+
+float dot_q6_k(const void* row, const QuantizedActivations& x, int64_t n) {
+  const block_q6_k* blocks = static_cast<const block_q6_k*>(row);
+  const uint8x16_t low = vdupq_n_u8(0x0F), two_bits = vdupq_n_u8(3);
+  const int8x16_t zero = vdupq_n_s8(32);
+  const int32x4_t none = vdupq_n_s32(0);
+  float acc = 0, acc_offset = 0;
+  for (int64_t b = 0; b < n / quant::kQK_K; ++b) {
+    const block_q6_k& k = blocks[b];
+    const int8_t* xq = x.q + b * quant::kQK_K;
+    int32_t sums[16];
+    // weights 128h + 32j + 16 part + i (group 8h + 2j + part), as unpack_row orders them: 4 low bits
+    // from ql (j = 0, 1: low nibbles of ql[64h + 32(j % 2) + l]; j = 2, 3: high nibbles), 2 high bits
+    // from qh[32h + l] (bits 2j, 2j + 1)
+    for (int h = 0; h < 2; ++h)
+      for (int part = 0; part < 2; ++part) {
+        const uint8x16_t a = vld1q_u8(k.ql + 64 * h + 16 * part), c = vld1q_u8(k.ql + 64 * h + 32 + 16 * part);
+        const uint8x16_t high = vld1q_u8(k.qh + 32 * h + 16 * part);
+        auto signed_quants = [&](uint8x16_t four, int shift) {  // (4 low bits | 2 high bits << 4) - 32
+          const uint8x16_t top = vandq_u8(vshlq_u8(high, vdupq_n_s8(int8_t(-shift))), two_bits);
+          return vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(four, vshlq_n_u8(top, 4))), zero);
+        };
+        const int8x16_t q[4] = {signed_quants(vandq_u8(a, low), 0), signed_quants(vandq_u8(c, low), 2),
+                                signed_quants(vshrq_n_u8(a, 4), 4), signed_quants(vshrq_n_u8(c, 4), 6)};
+        for (int j = 0; j < 4; ++j) {
+          const int g = 8 * h + 2 * j + part;
+          sums[g] = vaddvq_s32(vdotq_s32(none, q[j], vld1q_s8(xq + 16 * g)));
+        }
+      }
+    float s[16];  // as unpack_row writes them (no offsets)
+    const float d = half_to_f32(k.d);
+    for (int g = 0; g < 16; ++g) s[g] = d * float(k.scales[g]);
+    add_groups(acc, acc_offset, s, nullptr, false, sums, x, b * 16, 16);
+  }
+  return acc - acc_offset;
+}
+
 template <float (*kDot)(const void*, const QuantizedActivations&, int64_t)>
 void each_row(const char* first, size_t row_bytes, int64_t count, const QuantizedActivations& x, int64_t n, float* out) {
   for (int64_t r = 0; r < count; ++r) out[r] = kDot(first + r * row_bytes, x, n);
@@ -171,6 +251,8 @@ void dot_rows(DType type, const void* first, size_t row_bytes, int64_t count, co
     case DType::Q4_1: return each_row<dot_legacy<block_q4_1, DType::Q4_1>>(rows, row_bytes, count, x, n, out);
     case DType::Q5_0: return each_row<dot_legacy<block_q5_0, DType::Q5_0>>(rows, row_bytes, count, x, n, out);
     case DType::Q5_1: return each_row<dot_legacy<block_q5_1, DType::Q5_1>>(rows, row_bytes, count, x, n, out);
+    case DType::Q4_K: return each_row<dot_q4_k>(rows, row_bytes, count, x, n, out);
+    case DType::Q6_K: return each_row<dot_q6_k>(rows, row_bytes, count, x, n, out);
     default:
       for (int64_t r = 0; r < count; ++r) out[r] = __builtin_nanf("");
   }
