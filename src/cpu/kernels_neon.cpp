@@ -8,7 +8,8 @@
 //
 // It also has the fused decode dots of the legacy types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and of Q4_K
 // and Q6_K (the Q4_K_M mix; dot_rows, below): one token against the stored rows with sdot, no
-// unpacked copy. Q2_K, Q3_K and Q5_K still unpack each row first. (Built and tested under qemu only, where nothing can be timed: docs/arm.md.)
+// unpacked copy. Q2_K, Q3_K and Q5_K still unpack each row first. (Built and tested under qemu
+// only, where nothing can be timed: docs/arm.md.)
 //
 // The unpacked quants are unsigned (0..255 for Q8_0, below 64 for the others) and the activations
 // signed; sdot multiplies signed by signed (the mixed usdot is Armv8.6 i8mm), so each quant is
@@ -35,23 +36,30 @@ namespace neon {
 
 namespace {
 
+// The integer sums of 4 groups of 16: q[j] (signed quants) against the activations at x + 16 j,
+// each group's 4 sdot lanes folded pairwise into lane j.
+inline int32x4_t four_group_sums(const int8x16_t (&q)[4], const int8_t* x) {
+  const int32x4_t none = vdupq_n_s32(0);
+  const int32x4_t pair01 = vpaddq_s32(vdotq_s32(none, q[0], vld1q_s8(x)), vdotq_s32(none, q[1], vld1q_s8(x + 16)));
+  const int32x4_t pair23 = vpaddq_s32(vdotq_s32(none, q[2], vld1q_s8(x + 32)), vdotq_s32(none, q[3], vld1q_s8(x + 48)));
+  return vpaddq_s32(pair01, pair23);
+}
+
 // sums[g] = sum over group g0 + g of q x, minus zero * gsum, for `here` (at most 16) groups.
 inline void group_sums(const uint8_t* q, const int8_t* x, const int32_t* gsum, int zero, int64_t here,
                        int32_t* sums) {
   const uint8x16_t flip = vdupq_n_u8(0x80);
-  const int32x4_t none = vdupq_n_s32(0);
-  auto signed_dot = [&](int64_t g) {  // 4 lanes summing to sum (q - 128) x over group g
-    const int8x16_t qs = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(q + g * kGroup), flip));
-    return vdotq_s32(none, qs, vld1q_s8(x + g * kGroup));
+  auto signed_quants = [&](int64_t g) {  // group g's quants minus 128
+    return vreinterpretq_s8_u8(veorq_u8(vld1q_u8(q + g * kGroup), flip));
   };
   const int32x4_t correction = vdupq_n_s32(128 - zero);
   int64_t g = 0;
-  for (; g + 4 <= here; g += 4) {  // four groups: pairwise adds fold their 16 lanes into 4 sums
-    const int32x4_t pair01 = vpaddq_s32(signed_dot(g), signed_dot(g + 1));
-    const int32x4_t pair23 = vpaddq_s32(signed_dot(g + 2), signed_dot(g + 3));
-    vst1q_s32(sums + g, vmlaq_s32(vpaddq_s32(pair01, pair23), vld1q_s32(gsum + g), correction));
+  for (; g + 4 <= here; g += 4) {
+    const int8x16_t four[4] = {signed_quants(g), signed_quants(g + 1), signed_quants(g + 2), signed_quants(g + 3)};
+    vst1q_s32(sums + g, vmlaq_s32(four_group_sums(four, x + g * kGroup), vld1q_s32(gsum + g), correction));
   }
-  for (; g < here; ++g) sums[g] = vaddvq_s32(signed_dot(g)) + (128 - zero) * gsum[g];
+  for (; g < here; ++g)
+    sums[g] = vaddvq_s32(vdotq_s32(vdupq_n_s32(0), signed_quants(g), vld1q_s8(x + g * kGroup))) + (128 - zero) * gsum[g];
 }
 
 // The float part of the generic dot for `here` (at most 16) groups from g0, in its code and order,
@@ -165,14 +173,6 @@ float dot_legacy(const void* row, const QuantizedActivations& x, int64_t n) {
 using quant::block_q4_k;
 using quant::block_q6_k;
 
-// sums[g] for 4 groups whose 16 quants are q[0..3], against the activations at x (16 per group).
-inline void four_group_sums(const int8x16_t (&q)[4], const int8_t* x, int32_t* sums) {
-  const int32x4_t none = vdupq_n_s32(0);
-  const int32x4_t pair01 = vpaddq_s32(vdotq_s32(none, q[0], vld1q_s8(x)), vdotq_s32(none, q[1], vld1q_s8(x + 16)));
-  const int32x4_t pair23 = vpaddq_s32(vdotq_s32(none, q[2], vld1q_s8(x + 32)), vdotq_s32(none, q[3], vld1q_s8(x + 48)));
-  vst1q_s32(sums, vpaddq_s32(pair01, pair23));
-}
-
 float dot_q4_k(const void* row, const QuantizedActivations& x, int64_t n) {
   const block_q4_k* blocks = static_cast<const block_q4_k*>(row);
   const uint8x16_t low = vdupq_n_u8(0x0F);
@@ -185,7 +185,7 @@ float dot_q4_k(const void* row, const QuantizedActivations& x, int64_t n) {
       const uint8x16_t v0 = vld1q_u8(k.qs + 32 * c), v1 = vld1q_u8(k.qs + 32 * c + 16);
       const int8x16_t q[4] = {vreinterpretq_s8_u8(vandq_u8(v0, low)), vreinterpretq_s8_u8(vandq_u8(v1, low)),
                               vreinterpretq_s8_u8(vshrq_n_u8(v0, 4)), vreinterpretq_s8_u8(vshrq_n_u8(v1, 4))};
-      four_group_sums(q, xq + 64 * c, sums + 4 * c);
+      vst1q_s32(sums + 4 * c, four_group_sums(q, xq + 64 * c));
     }
     float s[16], o[16];  // as unpack_row writes them: per group of 32, for both its groups of 16
     const float d = half_to_f32(k.d), dmin = half_to_f32(k.dmin);

@@ -9,9 +9,6 @@
 namespace journey::cpu::kernels {
 
 namespace {
-constexpr int64_t kBlockBytes = sizeof(quant::block_q4_0);  // 18
-static_assert(kBlockBytes == 18);
-
 // 16 bytes as one vector (SSE2 / NEON): the compiler left a plain byte loop scalar (360 ns per row
 // of 2048 put back, against 42 for this; bench_block_dots' back/row).
 typedef uint8_t Bytes __attribute__((vector_size(16)));
