@@ -6,10 +6,10 @@
 // and chosen at run time only where Linux reports the instruction (HWCAP_ASIMDDP, gemm.cpp), so the
 // rest of the binary stays Armv8-A.
 //
-// It also has the fused decode dots of the legacy types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and of Q4_K
-// and Q6_K (the Q4_K_M mix; dot_rows, below): one token against the stored rows with sdot, no
-// unpacked copy. Q2_K, Q3_K and Q5_K still unpack each row first. (Built and tested under qemu
-// only, where nothing can be timed: docs/arm.md.)
+// It also has the fused decode dots of the legacy types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and of Q4_K,
+// Q5_K and Q6_K (the Q4_K_M and Q5_K_M mixes; dot_rows, below): one token against the stored rows
+// with sdot, no unpacked copy. Q2_K and Q3_K still unpack each row first. (Built and tested under
+// qemu only, where nothing can be timed: docs/arm.md.)
 //
 // The unpacked quants are unsigned (0..255 for Q8_0, below 64 for the others) and the activations
 // signed; sdot multiplies signed by signed (the mixed usdot is Armv8.6 i8mm), so each quant is
@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "cpu/kernels.h"
 #include "quant/blocks.h"
@@ -165,27 +166,42 @@ float dot_legacy(const void* row, const QuantizedActivations& x, int64_t n) {
   return acc - acc_offset;
 }
 
-// The fused decode dots of Q4_K and Q6_K (the types of the Q4_K_M mix) the same way: per super-block
-// of 256 (one chunk of 16 groups of dot()), each group's exact integer sum by sdot on its 16 quants
-// (Q4_K's nibbles as they are, zero point 0, its minimums in the offsets; Q6_K's 6-bit quants minus
-// 32), the scales and offsets unpack_row would write (d * sc, dmin * m; d * scale), then dot()'s
-// float part in its order: the generic table's result, bit for bit.
+// The fused decode dots of the K types the same way: per super-block of 256 (one chunk of 16
+// groups of dot()), each group's exact integer sum by sdot on its 16 quants as unpack_row would
+// write them less its zero point (Q4_K's nibbles and Q5_K's 5-bit quants as they are, their
+// minimums in the offsets; Q6_K's 6-bit quants minus 32), the scales and offsets unpack_row would
+// write (d * sc, dmin * m; d * scale), then dot()'s float part in its order: the generic table's
+// result, bit for bit.
 using quant::block_q4_k;
+using quant::block_q5_k;
 using quant::block_q6_k;
 
-float dot_q4_k(const void* row, const QuantizedActivations& x, int64_t n) {
-  const block_q4_k* blocks = static_cast<const block_q4_k*>(row);
+// `value` in each byte of `bytes` whose bit `bit` is set, 0 in the others.
+inline uint8x16_t bit_as(uint8x16_t bytes, int bit, uint8_t value) {
+  return vandq_u8(vtstq_u8(bytes, vdupq_n_u8(uint8_t(1u << bit))), vdupq_n_u8(value));
+}
+
+template <typename Block>
+float dot_q4_q5_k(const void* row, const QuantizedActivations& x, int64_t n) {
+  constexpr bool five_bits = std::is_same_v<Block, block_q5_k>;
+  const Block* blocks = static_cast<const Block*>(row);
   const uint8x16_t low = vdupq_n_u8(0x0F);
   float acc = 0, acc_offset = 0;
   for (int64_t b = 0; b < n / quant::kQK_K; ++b) {
-    const block_q4_k& k = blocks[b];
+    const Block& k = blocks[b];
     const int8_t* xq = x.q + b * quant::kQK_K;
     int32_t sums[16];
     for (int c = 0; c < 4; ++c) {  // 32 bytes: weights 64c + l (low nibbles: groups 4c, 4c + 1), 64c + 32 + l (high)
       const uint8x16_t v0 = vld1q_u8(k.qs + 32 * c), v1 = vld1q_u8(k.qs + 32 * c + 16);
-      const int8x16_t q[4] = {vreinterpretq_s8_u8(vandq_u8(v0, low)), vreinterpretq_s8_u8(vandq_u8(v1, low)),
-                              vreinterpretq_s8_u8(vshrq_n_u8(v0, 4)), vreinterpretq_s8_u8(vshrq_n_u8(v1, 4))};
-      vst1q_s32(sums + 4 * c, four_group_sums(q, xq + 64 * c));
+      uint8x16_t q[4] = {vandq_u8(v0, low), vandq_u8(v1, low), vshrq_n_u8(v0, 4), vshrq_n_u8(v1, 4)};
+      if constexpr (five_bits) {  // the fifth bit of weight 32i + l is bit i of qh[l] (i = 2c, 2c + 1)
+        const uint8x16_t h0 = vld1q_u8(k.qh), h1 = vld1q_u8(k.qh + 16);
+        q[0] = vorrq_u8(q[0], bit_as(h0, 2 * c, 16)), q[1] = vorrq_u8(q[1], bit_as(h1, 2 * c, 16));
+        q[2] = vorrq_u8(q[2], bit_as(h0, 2 * c + 1, 16)), q[3] = vorrq_u8(q[3], bit_as(h1, 2 * c + 1, 16));
+      }
+      const int8x16_t signed_q[4] = {vreinterpretq_s8_u8(q[0]), vreinterpretq_s8_u8(q[1]), vreinterpretq_s8_u8(q[2]),
+                                     vreinterpretq_s8_u8(q[3])};  // (0..31: the same value as int8)
+      vst1q_s32(sums + 4 * c, four_group_sums(signed_q, xq + 64 * c));
     }
     float s[16], o[16];  // as unpack_row writes them: per group of 32, for both its groups of 16
     const float d = half_to_f32(k.d), dmin = half_to_f32(k.dmin);
@@ -251,7 +267,8 @@ void dot_rows(DType type, const void* first, size_t row_bytes, int64_t count, co
     case DType::Q4_1: return each_row<dot_legacy<block_q4_1, DType::Q4_1>>(rows, row_bytes, count, x, n, out);
     case DType::Q5_0: return each_row<dot_legacy<block_q5_0, DType::Q5_0>>(rows, row_bytes, count, x, n, out);
     case DType::Q5_1: return each_row<dot_legacy<block_q5_1, DType::Q5_1>>(rows, row_bytes, count, x, n, out);
-    case DType::Q4_K: return each_row<dot_q4_k>(rows, row_bytes, count, x, n, out);
+    case DType::Q4_K: return each_row<dot_q4_q5_k<block_q4_k>>(rows, row_bytes, count, x, n, out);
+    case DType::Q5_K: return each_row<dot_q4_q5_k<block_q5_k>>(rows, row_bytes, count, x, n, out);
     case DType::Q6_K: return each_row<dot_q6_k>(rows, row_bytes, count, x, n, out);
     default:
       for (int64_t r = 0; r < count; ++r) out[r] = __builtin_nanf("");
