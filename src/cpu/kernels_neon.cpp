@@ -168,10 +168,10 @@ float dot_legacy(const void* row, const QuantizedActivations& x, int64_t n) {
 
 // The fused decode dots of the K types the same way: per super-block of 256 (one chunk of 16
 // groups of dot()), each group's exact integer sum by sdot on its 16 quants as unpack_row would
-// write them less its zero point (Q4_K's nibbles and Q5_K's 5-bit quants as they are, their
-// minimums in the offsets; Q6_K's 6-bit quants minus 32), the scales and offsets unpack_row would
-// write (d * sc, dmin * m; d * scale), then dot()'s float part in its order: the generic table's
-// result, bit for bit.
+// write them less its zero point (super_block_sums: Q4_K's nibbles and Q5_K's 5-bit quants as they
+// are, their minimums in the offsets; Q6_K's 6-bit quants minus 32), the scales and offsets
+// unpack_row would write (super_block_scales: d * sc, dmin * m; d * scale), then dot()'s float
+// part in its order (dot_k): the generic table's result, bit for bit.
 using quant::block_q4_k;
 using quant::block_q5_k;
 using quant::block_q6_k;
@@ -181,73 +181,87 @@ inline uint8x16_t bit_as(uint8x16_t bytes, int bit, uint8_t value) {
   return vandq_u8(vtstq_u8(bytes, vdupq_n_u8(uint8_t(1u << bit))), vdupq_n_u8(value));
 }
 
-template <typename Block>
-float dot_q4_q5_k(const void* row, const QuantizedActivations& x, int64_t n) {
-  constexpr bool five_bits = std::is_same_v<Block, block_q5_k>;
-  const Block* blocks = static_cast<const Block*>(row);
-  const uint8x16_t low = vdupq_n_u8(0x0F);
-  float acc = 0, acc_offset = 0;
-  for (int64_t b = 0; b < n / quant::kQK_K; ++b) {
-    const Block& k = blocks[b];
-    const int8_t* xq = x.q + b * quant::kQK_K;
-    int32_t sums[16];
-    for (int c = 0; c < 4; ++c) {  // 32 bytes: weights 64c + l (low nibbles: groups 4c, 4c + 1), 64c + 32 + l (high)
-      const uint8x16_t v0 = vld1q_u8(k.qs + 32 * c), v1 = vld1q_u8(k.qs + 32 * c + 16);
-      uint8x16_t q[4] = {vandq_u8(v0, low), vandq_u8(v1, low), vshrq_n_u8(v0, 4), vshrq_n_u8(v1, 4)};
-      if constexpr (five_bits) {  // the fifth bit of weight 32i + l is bit i of qh[l] (i = 2c, 2c + 1)
-        const uint8x16_t h0 = vld1q_u8(k.qh), h1 = vld1q_u8(k.qh + 16);
-        q[0] = vorrq_u8(q[0], bit_as(h0, 2 * c, 16)), q[1] = vorrq_u8(q[1], bit_as(h1, 2 * c, 16));
-        q[2] = vorrq_u8(q[2], bit_as(h0, 2 * c + 1, 16)), q[3] = vorrq_u8(q[3], bit_as(h1, 2 * c + 1, 16));
-      }
-      const int8x16_t signed_q[4] = {vreinterpretq_s8_u8(q[0]), vreinterpretq_s8_u8(q[1]), vreinterpretq_s8_u8(q[2]),
-                                     vreinterpretq_s8_u8(q[3])};  // (0..31: the same value as int8)
-      vst1q_s32(sums + 4 * c, four_group_sums(signed_q, xq + 64 * c));
-    }
-    float s[16], o[16];  // as unpack_row writes them: per group of 32, for both its groups of 16
-    const float d = half_to_f32(k.d), dmin = half_to_f32(k.dmin);
-    for (int g = 0; g < 8; ++g) {
-      uint8_t sc, m;
-      quant::scale_min_k4(g, k.scales, &sc, &m);
-      s[2 * g] = s[2 * g + 1] = d * float(sc);
-      o[2 * g] = o[2 * g + 1] = dmin * float(m);
-    }
-    add_groups(acc, acc_offset, s, o, true, sums, x, b * 16, 16);
-  }
-  return acc - acc_offset;
+// Bits 2j and 2j + 1 of each byte, as 0..3.
+inline uint8x16_t bit_pair(uint8x16_t bytes, int j) {
+  return vandq_u8(vshlq_u8(bytes, vdupq_n_s8(int8_t(-2 * j))), vdupq_n_u8(3));
 }
 
-float dot_q6_k(const void* row, const QuantizedActivations& x, int64_t n) {
-  const block_q6_k* blocks = static_cast<const block_q6_k*>(row);
-  const uint8x16_t low = vdupq_n_u8(0x0F), two_bits = vdupq_n_u8(3);
-  const int8x16_t zero = vdupq_n_s8(32);
-  const int32x4_t none = vdupq_n_s32(0);
+// Q4_K and Q5_K: chunk c of 32 bytes of qs holds weights 64c + l (low nibbles: groups 4c, 4c + 1)
+// and 64c + 32 + l (high nibbles: groups 4c + 2, 4c + 3); Q5_K's fifth bit of weight 32i + l is bit
+// i of qh[l].
+template <typename Block>
+  requires(std::is_same_v<Block, block_q4_k> || std::is_same_v<Block, block_q5_k>)
+void super_block_sums(const Block& k, const int8_t* xq, int32_t* sums) {
+  const uint8x16_t low = vdupq_n_u8(0x0F);
+  for (int c = 0; c < 4; ++c) {
+    const uint8x16_t v0 = vld1q_u8(k.qs + 32 * c), v1 = vld1q_u8(k.qs + 32 * c + 16);
+    uint8x16_t q[4] = {vandq_u8(v0, low), vandq_u8(v1, low), vshrq_n_u8(v0, 4), vshrq_n_u8(v1, 4)};
+    if constexpr (std::is_same_v<Block, block_q5_k>) {
+      const uint8x16_t h0 = vld1q_u8(k.qh), h1 = vld1q_u8(k.qh + 16);
+      q[0] = vorrq_u8(q[0], bit_as(h0, 2 * c, 16)), q[1] = vorrq_u8(q[1], bit_as(h1, 2 * c, 16));
+      q[2] = vorrq_u8(q[2], bit_as(h0, 2 * c + 1, 16)), q[3] = vorrq_u8(q[3], bit_as(h1, 2 * c + 1, 16));
+    }
+    const int8x16_t signed_q[4] = {vreinterpretq_s8_u8(q[0]), vreinterpretq_s8_u8(q[1]), vreinterpretq_s8_u8(q[2]),
+                                   vreinterpretq_s8_u8(q[3])};  // (0..31: the same value as int8)
+    vst1q_s32(sums + 4 * c, four_group_sums(signed_q, xq + 64 * c));
+  }
+}
+
+// Per group of 32, for both its groups of 16.
+template <typename Block>
+  requires(std::is_same_v<Block, block_q4_k> || std::is_same_v<Block, block_q5_k>)
+void super_block_scales(const Block& k, float* s, float* o) {
+  const float d = half_to_f32(k.d), dmin = half_to_f32(k.dmin);
+  for (int g = 0; g < 8; ++g) {
+    uint8_t sc, m;
+    quant::scale_min_k4(g, k.scales, &sc, &m);
+    s[2 * g] = s[2 * g + 1] = d * float(sc);
+    o[2 * g] = o[2 * g + 1] = dmin * float(m);
+  }
+}
+
+// The sums of a super-block in the order of Q6_K's halves (and Q2_K's, Q3_K's): weight
+// 128h + 32j + 16p + i, group 8h + 2j + p, is field j of byte 16p + i of half h's bytes.
+// quants(h, j, p) gives that group's 16 quants less the zero point as signed bytes.
+template <typename GroupQuants>
+inline void sums_by_halves(const GroupQuants& quants, const int8_t* xq, int32_t* sums) {
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < 4; j += 2) {  // groups 8h + 2j .. 8h + 2j + 3
+      const int8x16_t q[4] = {quants(h, j, 0), quants(h, j, 1), quants(h, j + 1, 0), quants(h, j + 1, 1)};
+      vst1q_s32(sums + 8 * h + 2 * j, four_group_sums(q, xq + 128 * h + 32 * j));
+    }
+}
+
+// Q6_K: 4 low bits from ql (j = 0, 1: the low nibbles of ql[64h + 32j + l]; j = 2, 3: the high
+// nibbles of ql[64h + 32(j - 2) + l]), 2 high bits from qh[32h + l] (bits 2j, 2j + 1), minus 32.
+void super_block_sums(const block_q6_k& k, const int8_t* xq, int32_t* sums) {
+  sums_by_halves(
+      [&](int h, int j, int p) {
+        const uint8x16_t ql = vld1q_u8(k.ql + 64 * h + 32 * (j % 2) + 16 * p);
+        const uint8x16_t four = j < 2 ? vandq_u8(ql, vdupq_n_u8(0x0F)) : vshrq_n_u8(ql, 4);
+        const uint8x16_t q = vorrq_u8(four, vshlq_n_u8(bit_pair(vld1q_u8(k.qh + 32 * h + 16 * p), j), 4));
+        return vsubq_s8(vreinterpretq_s8_u8(q), vdupq_n_s8(32));
+      },
+      xq, sums);
+}
+
+void super_block_scales(const block_q6_k& k, float* s, float*) {  // (no offsets)
+  const float d = half_to_f32(k.d);
+  for (int g = 0; g < 16; ++g) s[g] = d * float(k.scales[g]);
+}
+
+template <typename Block>
+float dot_k(const void* row, const QuantizedActivations& x, int64_t n) {
+  // offsets where unpack_row writes minimums (unpacked_has_offset)
+  constexpr bool has_offset = !std::is_same_v<Block, block_q6_k>;
+  const Block* blocks = static_cast<const Block*>(row);
   float acc = 0, acc_offset = 0;
   for (int64_t b = 0; b < n / quant::kQK_K; ++b) {
-    const block_q6_k& k = blocks[b];
-    const int8_t* xq = x.q + b * quant::kQK_K;
     int32_t sums[16];
-    // weights 128h + 32j + 16 part + i (group 8h + 2j + part), as unpack_row orders them: 4 low bits
-    // from ql (j = 0, 1: low nibbles of ql[64h + 32(j % 2) + l]; j = 2, 3: high nibbles), 2 high bits
-    // from qh[32h + l] (bits 2j, 2j + 1)
-    for (int h = 0; h < 2; ++h)
-      for (int part = 0; part < 2; ++part) {
-        const uint8x16_t a = vld1q_u8(k.ql + 64 * h + 16 * part), c = vld1q_u8(k.ql + 64 * h + 32 + 16 * part);
-        const uint8x16_t high = vld1q_u8(k.qh + 32 * h + 16 * part);
-        auto signed_quants = [&](uint8x16_t four, int shift) {  // (4 low bits | 2 high bits << 4) - 32
-          const uint8x16_t top = vandq_u8(vshlq_u8(high, vdupq_n_s8(int8_t(-shift))), two_bits);
-          return vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(four, vshlq_n_u8(top, 4))), zero);
-        };
-        const int8x16_t q[4] = {signed_quants(vandq_u8(a, low), 0), signed_quants(vandq_u8(c, low), 2),
-                                signed_quants(vshrq_n_u8(a, 4), 4), signed_quants(vshrq_n_u8(c, 4), 6)};
-        for (int j = 0; j < 4; ++j) {
-          const int g = 8 * h + 2 * j + part;
-          sums[g] = vaddvq_s32(vdotq_s32(none, q[j], vld1q_s8(xq + 16 * g)));
-        }
-      }
-    float s[16];  // as unpack_row writes them (no offsets)
-    const float d = half_to_f32(k.d);
-    for (int g = 0; g < 16; ++g) s[g] = d * float(k.scales[g]);
-    add_groups(acc, acc_offset, s, nullptr, false, sums, x, b * 16, 16);
+    float s[16], o[16];
+    super_block_sums(blocks[b], x.q + b * quant::kQK_K, sums);
+    super_block_scales(blocks[b], s, o);
+    add_groups(acc, acc_offset, s, o, has_offset, sums, x, b * 16, 16);
   }
   return acc - acc_offset;
 }
@@ -267,9 +281,9 @@ void dot_rows(DType type, const void* first, size_t row_bytes, int64_t count, co
     case DType::Q4_1: return each_row<dot_legacy<block_q4_1, DType::Q4_1>>(rows, row_bytes, count, x, n, out);
     case DType::Q5_0: return each_row<dot_legacy<block_q5_0, DType::Q5_0>>(rows, row_bytes, count, x, n, out);
     case DType::Q5_1: return each_row<dot_legacy<block_q5_1, DType::Q5_1>>(rows, row_bytes, count, x, n, out);
-    case DType::Q4_K: return each_row<dot_q4_q5_k<block_q4_k>>(rows, row_bytes, count, x, n, out);
-    case DType::Q5_K: return each_row<dot_q4_q5_k<block_q5_k>>(rows, row_bytes, count, x, n, out);
-    case DType::Q6_K: return each_row<dot_q6_k>(rows, row_bytes, count, x, n, out);
+    case DType::Q4_K: return each_row<dot_k<block_q4_k>>(rows, row_bytes, count, x, n, out);
+    case DType::Q5_K: return each_row<dot_k<block_q5_k>>(rows, row_bytes, count, x, n, out);
+    case DType::Q6_K: return each_row<dot_k<block_q6_k>>(rows, row_bytes, count, x, n, out);
     default:
       for (int64_t r = 0; r < count; ++r) out[r] = __builtin_nanf("");
   }
