@@ -216,8 +216,8 @@ inline constexpr int kStoredTokenRows = 4;  // rows per dot_tokens_stored call
 inline bool has_fused_dot(DType type, Isa isa) {
   if (isa == Isa::NeonDot)
     return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 ||
-           type == DType::Q5_1 || type == DType::Q3_K || type == DType::Q4_K || type == DType::Q5_K ||
-           type == DType::Q6_K;
+           type == DType::Q5_1 || type == DType::Q2_K || type == DType::Q3_K || type == DType::Q4_K ||
+           type == DType::Q5_K || type == DType::Q6_K;
   return dtype_is_quantized(type);
 }
 

@@ -6,10 +6,10 @@
 // and chosen at run time only where Linux reports the instruction (HWCAP_ASIMDDP, gemm.cpp), so the
 // rest of the binary stays Armv8-A.
 //
-// It also has the fused decode dots of the legacy types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and of Q3_K,
-// Q4_K, Q5_K and Q6_K (dot_rows, below): one token against the stored rows with sdot, no unpacked
-// copy. Q2_K still unpacks each row first. (Built and tested under qemu only, where nothing can be
-// timed: docs/arm.md.)
+// It also has the fused decode dots of every block type, the legacy ones (Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1) and the K types (Q2_K .. Q6_K; dot_rows, below): one token against the stored rows with
+// sdot, no unpacked copy. (Built and tested under qemu only, where nothing can be timed:
+// docs/arm.md.)
 //
 // The unpacked quants are unsigned (0..255 for Q8_0, below 64 for the others) and the activations
 // signed; sdot multiplies signed by signed (the mixed usdot is Armv8.6 i8mm), so each quant is
@@ -168,10 +168,12 @@ float dot_legacy(const void* row, const QuantizedActivations& x, int64_t n) {
 
 // The fused decode dots of the K types the same way: per super-block of 256 (one chunk of 16
 // groups of dot()), each group's exact integer sum by sdot on its 16 quants as unpack_row would
-// write them less its zero point (super_block_sums: Q4_K's nibbles and Q5_K's 5-bit quants as they
-// are, their minimums in the offsets; Q3_K's 3-bit quants minus 4, Q6_K's 6-bit quants minus 32),
-// the scales and offsets unpack_row would write (super_block_scales: d * sc, dmin * m; d * scale),
-// then dot()'s float part in its order (dot_k): the generic table's result, bit for bit.
+// write them less its zero point (super_block_sums: Q2_K's 2-bit, Q4_K's 4-bit and Q5_K's 5-bit
+// quants as they are, their minimums in the offsets; Q3_K's 3-bit quants minus 4, Q6_K's 6-bit
+// quants minus 32), the scales and offsets unpack_row would write (super_block_scales: d * sc,
+// dmin * m; d * scale), then dot()'s float part in its order (dot_k): the generic table's result,
+// bit for bit.
+using quant::block_q2_k;
 using quant::block_q3_k;
 using quant::block_q4_k;
 using quant::block_q5_k;
@@ -251,6 +253,22 @@ void super_block_scales(const block_q6_k& k, float* s, float*) {  // (no offsets
   for (int g = 0; g < 16; ++g) s[g] = d * float(k.scales[g]);
 }
 
+// Q2_K: 2 bits from qs[32h + l] (bits 2j, 2j + 1), zero point 0, the minimums in the offsets.
+void super_block_sums(const block_q2_k& k, const int8_t* xq, int32_t* sums) {
+  sums_by_halves(
+      [&](int h, int j, int p) { return vreinterpretq_s8_u8(bit_pair(vld1q_u8(k.qs + 32 * h + 16 * p), j)); }, xq,
+      sums);
+}
+
+// A 4-bit scale (low nibble) and minimum (high nibble) per group.
+void super_block_scales(const block_q2_k& k, float* s, float* o) {
+  const float d = half_to_f32(k.d), dmin = half_to_f32(k.dmin);
+  for (int g = 0; g < 16; ++g) {
+    s[g] = d * float(k.scales[g] & 0xF);
+    o[g] = dmin * float(k.scales[g] >> 4);
+  }
+}
+
 // Q3_K: 2 low bits from qs[32h + l] (bits 2j, 2j + 1), the third from hmask (weight 32k + l's is
 // bit k of hmask[l], k = 4h + j), minus 4.
 void super_block_sums(const block_q3_k& k, const int8_t* xq, int32_t* sums) {
@@ -304,6 +322,7 @@ void dot_rows(DType type, const void* first, size_t row_bytes, int64_t count, co
     case DType::Q4_1: return each_row<dot_legacy<block_q4_1, DType::Q4_1>>(rows, row_bytes, count, x, n, out);
     case DType::Q5_0: return each_row<dot_legacy<block_q5_0, DType::Q5_0>>(rows, row_bytes, count, x, n, out);
     case DType::Q5_1: return each_row<dot_legacy<block_q5_1, DType::Q5_1>>(rows, row_bytes, count, x, n, out);
+    case DType::Q2_K: return each_row<dot_k<block_q2_k>>(rows, row_bytes, count, x, n, out);
     case DType::Q3_K: return each_row<dot_k<block_q3_k>>(rows, row_bytes, count, x, n, out);
     case DType::Q4_K: return each_row<dot_k<block_q4_k>>(rows, row_bytes, count, x, n, out);
     case DType::Q5_K: return each_row<dot_k<block_q5_k>>(rows, row_bytes, count, x, n, out);

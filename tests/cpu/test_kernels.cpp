@@ -177,7 +177,7 @@ TEST_CASE("kernels: dot_rows over many rows gives each row the value it gets alo
         cpu::QuantizedInput qx;
         qx.quantize(x_values.data(), 1, n, dtype_block_size(type) == 256 ? 256 : 32);
         const cpu::kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
-        if (!cpu::kernels::has_fused_dot(type, isa)) {  // (aarch64's K types) NaN: no caller takes it for a value
+        if (!cpu::kernels::has_fused_dot(type, isa)) {  // (unfused types: none at present) NaN: no caller takes it for a value
           float none = 0;
           k.dot_rows(type, stored.data(), row_bytes, 1, x, n, &none);
           CHECK(std::isnan(none));
