@@ -10,9 +10,10 @@
 //   unpack_row  one stored row to the unpacked form (once per row per batched step)
 //   grouped     dot_row_groups: the fused decode dot on Q4_0 rows regrouped by 8 (block_q4_0x8),
 //               per row (compare with dot_row); back/row: one such row put back as stored
-//               (q4_0_rows_from_groups: what prefill and batched decode pay per row of a grouped matrix)
+//               (q4_0_rows_from_groups: what prefill puts back per row of a grouped matrix)
 //   stored      dot_tokens_stored: 4 stored rows against 16 tokens in register lanes, no unpacking
-//               (Q8_0 and Q4_0; compare with dot_tokens + unpack_row / 16 tokens)
+//               (Q8_0 and Q4_0; compare with dot_tokens + unpack_row / 16 tokens); grp/tokens:
+//               dot_tokens_grouped, the same from Q4_0 rows regrouped by 8 (batched decode of them)
 //
 // usage: bench_block_dots [--in 2048] [--tokens 16]
 #include <algorithm>
@@ -74,8 +75,8 @@ int main(int argc, char** argv) {
   for (float& v : x) v = normal(rng);
   std::printf("isa %s, in %lld, %lld tokens; ns of this thread's CPU time per row x token (2 x in operations)\n",
               std::string(cpu::kernels::isa_name(isa)).c_str(), (long long)in, (long long)tokens);
-  std::printf("%-6s %10s %10s %10s %10s %12s %12s %12s\n", "type", "dot_row", "grouped", "back/row", "dot", "dot_tokens", "unpack/row",
-              "stored");
+  std::printf("%-6s %10s %10s %10s %10s %12s %12s %12s %12s\n", "type", "dot_row", "grouped", "back/row", "dot", "dot_tokens",
+              "unpack/row", "stored", "grp/tokens");
   float sink = 0;
   for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const int64_t row_bytes = dtype_bytes_for(type, in);
@@ -100,7 +101,7 @@ int main(int argc, char** argv) {
         sink += rows_out[0];
       }, repeat) / kRows;
     }
-    double grouped = -1, back = -1;
+    double grouped = -1, back = -1, grouped_tokens = -1;
     if (k.dot_row_groups && type == DType::Q4_0) {
       constexpr int64_t G = cpu::kernels::kGroupRows;
       std::vector<uint8_t> rows(size_t(G * row_bytes)), groups(size_t(G * row_bytes));
@@ -116,6 +117,16 @@ int main(int argc, char** argv) {
         cpu::kernels::q4_0_rows_from_groups(groups.data(), in, 0, G, rows.data());
         sink += float(rows[5]);
       }, repeat / int(G) + 1) / double(G);
+      if (k.dot_tokens_grouped) {
+        constexpr int kStored = cpu::kernels::kStoredTokenRows;
+        float out[kStored * cpu::kernels::kLaneTokens];
+        grouped_tokens = time_call([&] {
+          for (int first = 0; first < G; first += kStored) {
+            k.dot_tokens_grouped(type, groups.data(), size_t(row_bytes), first, kStored, qx.token_lanes(), in, out);
+            sink += out[0];
+          }
+        }, repeat / int(tokens * G) + 1) / double(G * tokens);
+      }
     }
     const double plain = time_call([&] {
       for (int r = 0; r < R; ++r)
@@ -146,8 +157,9 @@ int main(int argc, char** argv) {
       }, repeat / int(tokens) + 1) / double(kStored * tokens);
     }
     auto cell = [](double seconds) { return seconds < 0 ? std::string("-") : std::to_string(seconds * 1e9).substr(0, 6); };
-    std::printf("%-6s %10s %10s %10s %10s %12s %12s %12s\n", std::string(dtype_name(type)).c_str(), cell(fused).c_str(),
-                cell(grouped).c_str(), cell(back).c_str(), cell(plain).c_str(), cell(tiled).c_str(), cell(unpack).c_str(), cell(direct).c_str());
+    std::printf("%-6s %10s %10s %10s %10s %12s %12s %12s %12s\n", std::string(dtype_name(type)).c_str(), cell(fused).c_str(),
+                cell(grouped).c_str(), cell(back).c_str(), cell(plain).c_str(), cell(tiled).c_str(), cell(unpack).c_str(),
+                cell(direct).c_str(), cell(grouped_tokens).c_str());
   }
   // The floor of every column but unpack: each row x token is `in` multiply-adds, and vpdpbusd
   // (512-bit) does 64 of them per instruction at best (AVX2's vpmaddubsw + vpmaddwd pair 32).
