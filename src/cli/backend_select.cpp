@@ -197,7 +197,7 @@ std::string load_line(const LoadInfo& info) {
   const double gb = 1e9;
   char grouped[96] = "";
   if (info.grouped_bytes > 0)
-    std::snprintf(grouped, sizeof grouped, ", %.2f GB of them Q4_0 rows regrouped by 8 for decode",
+    std::snprintf(grouped, sizeof grouped, ", %.2f GB of them regrouped by 8 rows for decode",
                   double(info.grouped_bytes) / gb);
   if (info.in_place_bytes == 0 && info.copied_bytes > 0)
     std::snprintf(line, sizeof line,

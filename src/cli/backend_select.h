@@ -39,10 +39,10 @@ struct LoadInfo {
   int64_t file_bytes = 0;        // the model's weight files
   int64_t in_place_bytes = 0;    // weights used in place in the mapping (cpu)
   int64_t copied_bytes = 0;      // weights copied (cpu)
-  int64_t grouped_bytes = 0;     // of those, Q4_0 rows regrouped by 8 for the decode dot (cpu)
+  int64_t grouped_bytes = 0;     // of those, Q4_0 / Q8_0 rows regrouped by 8 for the decode dot (cpu)
 };
 // "loaded in 0.6 s: 1.17 GB of weights copied into 2 MiB pages (--mmap: in place); resident 1.19 GB"
-// (with ", 0.56 GB of them Q4_0 rows regrouped by 8 for decode" after "pages" where that happened)
+// (with ", 0.56 GB of them regrouped by 8 rows for decode" after "pages" where that happened)
 // or "loaded in 0.2 s: 2.20 GB of weights used in place, 0.01 GB copied; resident 2.25 GB".
 std::string load_line(const LoadInfo& info);
 

@@ -123,7 +123,7 @@ void register_bench(CLI::App& app) {
       result.cpu_kernels = cpu::kernels::kernel_choice();
       if (load.grouped_bytes > 0) {  // (CpuOptions::row_groups)
         char grouped[64];
-        std::snprintf(grouped, sizeof grouped, ", Q4_0 rows regrouped by 8 (%.2f GB)", double(load.grouped_bytes) / 1e9);
+        std::snprintf(grouped, sizeof grouped, ", rows regrouped by 8 (%.2f GB)", double(load.grouped_bytes) / 1e9);
         result.cpu_kernels += grouped;
       }
     }

@@ -156,13 +156,13 @@ class WeightLoader {
       }
     }
     for (const PendingCopy& c : copies_) {
-      // a grouped matrix moves whole groups of rows per chunk (cpu::kernels::q4_0_rows_to_groups)
+      // a grouped matrix moves whole groups of rows per chunk (cpu::kernels::rows_to_groups)
       const size_t group_bytes = size_t(cpu::kernels::kGroupRows) * c.row_bytes;
       const size_t chunk = c.row_groups ? std::max<size_t>(1, kChunk / group_bytes) * group_bytes : kChunk;
       for (size_t offset = 0; offset < c.bytes; offset += chunk) {
         const size_t n = std::min(chunk, c.bytes - offset);
         if (c.row_groups)
-          cpu::kernels::q4_0_rows_to_groups(c.from + offset, int64_t(n / c.row_bytes), c.row_in, c.to + offset);
+          cpu::kernels::rows_to_groups(c.type, c.from + offset, int64_t(n / c.row_bytes), c.row_in, c.to + offset);
         else
           std::memcpy(c.to + offset, c.from + offset, n);
         if (c.file_mapped) drop_pages(c.from + offset, n);  // the file's pages are no longer needed here
@@ -176,9 +176,10 @@ class WeightLoader {
 
  private:
   enum class Use { Linear, RowGather };
-  // Whether a copied matrix is regrouped by 8 rows for the decode dot (kernels.h, block_q4_0x8).
+  // Whether a copied matrix is regrouped by 8 rows for the decode dot (kernels.h, has_row_groups).
   bool grouped(const TensorRef& t, int64_t rows, Use use) const {
-    return use == Use::Linear && options_.row_groups && t.dtype == DType::Q4_0 && rows % cpu::kernels::kGroupRows == 0 &&
+    return use == Use::Linear && options_.row_groups && cpu::kernels::has_row_groups(t.dtype) &&
+           rows % cpu::kernels::kGroupRows == 0 &&
            cpu::kernels::table(cpu::kernels::best_isa()).dot_row_groups != nullptr;
   }
 
@@ -198,7 +199,7 @@ class WeightLoader {
     std::byte* slot = arena_slot(t, bytes);
     m.view.row_groups = grouped(t, n, use);
     // copied (or regrouped) by bring_into_memory, with the progress line
-    copies_.push_back({data, slot, bytes, t.file_mapped, m.view.row_groups, row_bytes, t.shape.back()});
+    copies_.push_back({data, slot, bytes, t.file_mapped, m.view.row_groups, t.dtype, row_bytes, t.shape.back()});
     m.view.data = slot;
     report_.bytes_copied += int64_t(bytes);
     if (m.view.row_groups) report_.bytes_grouped += int64_t(bytes);
@@ -246,7 +247,8 @@ class WeightLoader {
     std::byte* to;
     size_t bytes;
     bool file_mapped;  // from a file mapping (TensorRef::file_mapped), not owned storage
-    bool row_groups;   // Q4_0 regrouped by 8 rows on the way
+    bool row_groups;   // Q4_0 / Q8_0 regrouped by 8 rows on the way
+    DType type;
     size_t row_bytes;
     int64_t row_in;    // values per row
   };

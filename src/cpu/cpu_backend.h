@@ -33,7 +33,7 @@ struct CpuLoadReport {
   WeightPlacement placement = WeightPlacement::Auto;  // what Auto resolved to (InPlace or Copy)
   int64_t bytes_in_place = 0;  // weight bytes multiplied where the file's memory map holds them
   int64_t bytes_copied = 0;    // weight bytes copied (Copy, misaligned matrices, f32 copies of norms and biases)
-  int64_t bytes_grouped = 0;   // of those copied, Q4_0 matrices regrouped by 8 rows (CpuOptions::row_groups)
+  int64_t bytes_grouped = 0;   // of those copied, Q4_0 / Q8_0 matrices regrouped by 8 rows (CpuOptions::row_groups)
   double seconds = 0;          // building the backend, including bringing the weights into memory
 };
 
@@ -45,9 +45,9 @@ struct CpuOptions {
   // The KV pool's type: f32, f16 or bf16 (half the memory) or q8_0 (34 bytes per 32 values).
   DType kv_dtype = DType::F32;
   WeightPlacement weights = WeightPlacement::Auto;  // --mmap: InPlace, --no-mmap: Copy
-  // Q4_0 linear weights copied at load are regrouped by 8 rows for the one-token decode dot where
-  // the CPU has it (kernels.h, block_q4_0x8); false keeps every matrix as stored (the default
-  // comes from JOURNEY_ROW_GROUPS=on|off, on when unset).
+  // Q4_0 and Q8_0 linear weights copied at load are regrouped by 8 rows for the one-token decode
+  // dot where the CPU has it (kernels.h, block_q4_0x8, block_q8_0x8); false keeps every matrix as
+  // stored (the default comes from JOURNEY_ROW_GROUPS=on|off, on when unset).
   bool row_groups = default_row_groups();
   // Called while the weights' pages are brought into memory: bytes done, bytes in all.
   LoadProgress on_load_progress = nullptr;

@@ -127,13 +127,14 @@ struct KernelTable {
   // result does not depend on `count`. AVX2, AVX-512 and aarch64 dotprod; nullptr in the generic table.
   void (*dot_rows)(DType type, const void* first, size_t row_bytes, int64_t count, const QuantizedActivations& x,
                    int64_t n, float* out);
-  // dot_rows for a Q4_0 matrix stored in row groups (block_q4_0x8 below): `group_count`
-  // consecutive groups from `groups` against one quantized activation row, out [8 * group_count].
+  // dot_rows for a Q4_0 or Q8_0 matrix stored in row groups (block_q4_0x8, block_q8_0x8 below):
+  // `group_count` consecutive groups from `groups` against one quantized activation row, out
+  // [8 * group_count].
   // Each row's result equals dot_rows' on the same row as stored, bit for bit: the same integer
   // sums in the same lanes, the same scales, FMAs and order of sums, only two rows per 512-bit
   // register (one per 256-bit half) and the activation block loaded once for eight rows. NaN for
   // other types.
-  // AVX512-VNNI only; nullptr in the other tables (those CPUs keep Q4_0 rows as stored).
+  // AVX512-VNNI only; nullptr in the other tables (those CPUs keep the rows as stored).
   void (*dot_row_groups)(DType type, const void* groups, int64_t group_count, const QuantizedActivations& x,
                          int64_t n, float* out);
   // dot() of up to kTokenRows unpacked rows with every token of a batch at once (batched decode,
@@ -152,8 +153,8 @@ struct KernelTable {
   void (*dot_tokens_stored)(DType type, const void* rows, size_t row_bytes, int count, const TokenLaneActivations& x,
                             int64_t n, float* out);
   // dot_tokens_stored on rows [first, first + count) (first + count <= 8, count <= kStoredTokenRows)
-  // of one group of a Q4_0 matrix regrouped by 8 (block_q4_0x8; `row_bytes` of the rows as stored):
-  // the stored rows' results, bit for bit. AVX512-VNNI only (nullptr elsewhere, with dot_row_groups).
+  // of one group of a Q4_0 or Q8_0 matrix regrouped by 8 (`row_bytes` of the rows as stored): the
+  // stored rows' results, bit for bit. AVX512-VNNI only (nullptr elsewhere, with dot_row_groups).
   void (*dot_tokens_grouped)(DType type, const void* group, size_t row_bytes, int first, int count,
                              const TokenLaneActivations& x, int64_t n, float* out);
   // One row of n values (a multiple of 32) as Q8_0 activation blocks: q [n], and per group of 16
@@ -221,7 +222,7 @@ inline bool has_fused_dot(DType type, Isa isa) {
   return dtype_is_quantized(type);
 }
 
-// ---- Q4_0 rows in groups of 8 (one-token decode) ---------------------------------------------
+// ---- Q4_0 and Q8_0 rows in groups of 8 (one-token decode) ------------------------------------
 //
 // The fused decode dot of a stored Q4_0 row spends most of its instructions per block on things
 // that do not depend on the row: loading the activation block, its zero-point start, its scale
@@ -230,33 +231,42 @@ inline bool has_fused_dot(DType type, Isa isa) {
 // by side shares those, but costs more than it saves (each row is its own stream for the prefetcher:
 // 1.1B Q8_0 decode 27.5 -> 23.1 tok/s). So the rows are regrouped once, when the weights are copied
 // at load (llama.cpp's CPU "repack" buffers do the same, block_q4_0x8): a group of 8 rows is one
-// stream, block b of its 8 rows side by side in one chunk of 144 bytes, the 18 bytes per row of the
-// file, only moved:
+// stream, block b of its 8 rows side by side in one chunk (8 x 18 bytes for Q4_0, 8 x 34 for Q8_0),
+// the bytes per row of the file, only moved:
 //
 //   block_q4_0x8  | d[8] f16 (0): block b's scale of rows 0..7
 //                 | qs[128] (16): the 256 quants of the 8 blocks, two 64-byte halves h = 0, 1;
 //                 |   byte i of half h: lo nibble = pair 2h's byte i, hi nibble = pair 2h+1's byte i,
 //                 |   where pair p's byte i is quant i % 32 (0..15 the low nibbles, 16..31 the high
 //                 |   ones, as in block_q4_0) of row 2p + i / 32
+//   block_q8_0x8  | d[8] f16 (0): block b's scale of rows 0..7
+//                 | qs[256] (16): row r's 32 quants at 32r (pair p: bytes 64p .. 64p + 63)
 //
-// so one 512-bit load and two masks give two registers of 64 unsigned quants — rows 2p and 2p + 1
-// in their 256-bit halves, each half what the stored row's kernel has in its one 256-bit register.
+// so one 512-bit load (and for Q4_0 two masks) gives rows 2p and 2p + 1 in the 256-bit halves of a
+// register, each half what the stored row's kernel has in its one 256-bit register.
 // Only matrices copied at load are grouped (not `--mmap`, which uses the file's bytes in place), only
 // linear weights (not the embedding table, which is read by rows), rows a multiple of 8, and only
-// where the CPU has dot_row_groups; JOURNEY_ROW_GROUPS=off keeps every matrix as stored. Products
-// of more than one token read the rows back as stored (q4_0_rows_from_groups) a chunk at a time and
-// take their usual kernels.
+// where the CPU has dot_row_groups; JOURNEY_ROW_GROUPS=off keeps every matrix as stored. Batched
+// decode reads the rows from the groups (dot_tokens_grouped); prefill reads them back as stored
+// (rows_from_groups) a chunk at a time and takes its usual kernels.
 inline constexpr int64_t kGroupRows = 8;
 struct block_q4_0x8 {
   uint16_t d[kGroupRows];
   uint8_t qs[kGroupRows * 16];
 };
 static_assert(sizeof(block_q4_0x8) == kGroupRows * 18, "a group chunk holds the 8 rows' blocks, nothing more");
-// Rows [0, rows) of a Q4_0 matrix with `in` values per row (rows a multiple of 8) into groups:
-// `grouped` has the same size as `stored`.
-void q4_0_rows_to_groups(const void* stored, int64_t rows, int64_t in, void* grouped);
-// Rows [first, first + count) of a grouped Q4_0 matrix back as stored, into `stored` ([count] rows).
-void q4_0_rows_from_groups(const void* grouped, int64_t in, int64_t first, int64_t count, void* stored);
+struct block_q8_0x8 {
+  uint16_t d[kGroupRows];
+  int8_t qs[kGroupRows * 32];
+};
+static_assert(sizeof(block_q8_0x8) == kGroupRows * 34, "a group chunk holds the 8 rows' blocks, nothing more");
+// The types whose rows can be grouped.
+inline bool has_row_groups(DType type) { return type == DType::Q4_0 || type == DType::Q8_0; }
+// Rows [0, rows) of a matrix of such a type with `in` values per row (rows a multiple of 8) into
+// groups: `grouped` has the same size as `stored`.
+void rows_to_groups(DType type, const void* stored, int64_t rows, int64_t in, void* grouped);
+// Rows [first, first + count) of a grouped matrix back as stored, into `stored` ([count] rows).
+void rows_from_groups(DType type, const void* grouped, int64_t in, int64_t first, int64_t count, void* stored);
 
 // The instructions behind the products, for journey bench's ceilings.
 enum class PeakKind { F32Fma, Int8Dot, Bf16Dot, AmxBf16 };

@@ -21,8 +21,8 @@ namespace journey::cpu {
 // A weight matrix as stored: its bytes and their type. The shape comes with the op's other
 // arguments ([out, in] for linear, [V, E] for embedding_gather); row r starts at byte
 // r * dtype_bytes_for(type, in), so a block type's rows hold whole blocks — unless row_groups:
-// a Q4_0 matrix (rows a multiple of 8) regrouped at load for the one-token decode dot
-// (kernels.h, block_q4_0x8), the same bytes in another order; only linear reads it.
+// a Q4_0 or Q8_0 matrix (rows a multiple of 8) regrouped at load for the one-token decode dot
+// (kernels.h, block_q4_0x8, block_q8_0x8), the same bytes in another order; only linear reads it.
 struct WeightView {
   const void* data = nullptr;
   DType type = DType::F32;

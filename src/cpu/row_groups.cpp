@@ -1,7 +1,10 @@
-// Q4_0 rows regrouped by 8 for the one-token decode dot, and back (kernels.h, block_q4_0x8). Plain
+// Q4_0 and Q8_0 rows regrouped by 8 for the one-token decode dot, and back (kernels.h,
+// block_q4_0x8, block_q8_0x8). Plain
 // byte moves, run once per matrix at load and per chunk of rows where a product of several tokens
 // reads a grouped matrix.
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "cpu/kernels.h"
 #include "quant/blocks.h"
@@ -12,8 +15,6 @@ namespace {
 // 16 bytes as one vector (SSE2 / NEON): the compiler left a plain byte loop scalar (360 ns per row
 // of 2048 put back, against 42 for this; bench_block_dots' back/row).
 typedef uint8_t Bytes __attribute__((vector_size(16)));
-
-}  // namespace
 
 // Half h of a chunk, bytes 32j .. 32j + 31: row A = 4h + j's quants in the low nibbles, row B = 4h + 2 + j's
 // in the high ones; a stored byte i holds quants i (low) and i + 16 (high), so bytes 32j + i and
@@ -62,6 +63,52 @@ void q4_0_rows_from_groups(const void* grouped, int64_t in, int64_t first, int64
       std::memcpy(out[b].qs, &packed, 16);
     }
   }
+}
+
+// Q8_0: row r's quants are bytes 32r .. 32r + 31 of a chunk, as they are stored.
+void q8_0_rows_to_groups(const void* stored, int64_t rows, int64_t in, void* grouped) {
+  const int64_t blocks = in / quant::kQK;
+  const auto* src = static_cast<const quant::block_q8_0*>(stored);  // [rows, blocks]
+  auto* dst = static_cast<block_q8_0x8*>(grouped);                 // [rows / 8, blocks]
+  for (int64_t g = 0; g < rows / kGroupRows; ++g)
+    for (int64_t b = 0; b < blocks; ++b) {
+      block_q8_0x8& c = dst[g * blocks + b];
+      const quant::block_q8_0* row0 = src + g * kGroupRows * blocks + b;  // row r's block: row0[r * blocks]
+      for (int r = 0; r < kGroupRows; ++r) {
+        c.d[r] = row0[r * blocks].d;
+        std::memcpy(c.qs + quant::kQK * r, row0[r * blocks].qs, quant::kQK);
+      }
+    }
+}
+
+void q8_0_rows_from_groups(const void* grouped, int64_t in, int64_t first, int64_t count, void* stored) {
+  const int64_t blocks = in / quant::kQK;
+  const auto* src = static_cast<const block_q8_0x8*>(grouped);
+  auto* dst = static_cast<quant::block_q8_0*>(stored);  // [count, blocks]
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t row = first + k, g = row / kGroupRows;
+    const int r = int(row % kGroupRows);
+    const block_q8_0x8* chunk = src + g * blocks;
+    quant::block_q8_0* out = dst + k * blocks;
+    for (int64_t b = 0; b < blocks; ++b) {
+      out[b].d = chunk[b].d[r];
+      std::memcpy(out[b].qs, chunk[b].qs + quant::kQK * r, quant::kQK);
+    }
+  }
+}
+
+}  // namespace
+
+void rows_to_groups(DType type, const void* stored, int64_t rows, int64_t in, void* grouped) {
+  if (type == DType::Q4_0) return q4_0_rows_to_groups(stored, rows, in, grouped);
+  if (type == DType::Q8_0) return q8_0_rows_to_groups(stored, rows, in, grouped);
+  throw std::logic_error("rows_to_groups: " + std::string(dtype_name(type)) + " has no row groups");
+}
+
+void rows_from_groups(DType type, const void* grouped, int64_t in, int64_t first, int64_t count, void* stored) {
+  if (type == DType::Q4_0) return q4_0_rows_from_groups(grouped, in, first, count, stored);
+  if (type == DType::Q8_0) return q8_0_rows_from_groups(grouped, in, first, count, stored);
+  throw std::logic_error("rows_from_groups: " + std::string(dtype_name(type)) + " has no row groups");
 }
 
 }  // namespace journey::cpu::kernels

@@ -36,7 +36,7 @@ void ensure(V& v, size_t n) {
 // Rows widened to f32 per fallback chunk: 16 rows of 5632 floats stay in L2 (360 KB).
 constexpr int64_t kFallbackRows = 16;
 
-// Rows of a grouped Q4_0 matrix (WeightView::row_groups) put back as stored per chunk when a product
+// Rows of a grouped Q4_0 / Q8_0 matrix (WeightView::row_groups) put back as stored per chunk when a product
 // of several tokens reads it: 96 rows of 5632 weights are 297 KB (L2), two of bf16_panel_rows' 48-row
 // panels.
 constexpr int64_t kStoredChunkRows = 96;
@@ -266,7 +266,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     ensure(s.stored, size_t(kStoredChunkRows) * row_bytes);
     for (int64_t r0 = begin; r0 < end; r0 += kStoredChunkRows) {
       const int64_t n = std::min(kStoredChunkRows, end - r0);
-      kernels::q4_0_rows_from_groups(weight, in, r0, n, s.stored.data());
+      kernels::rows_from_groups(type, weight, in, r0, n, s.stored.data());
       const LinearTarget rows{target.y + r0, WeightView{s.stored.data(), type}, target.bias ? target.bias + r0 : nullptr,
                               out};
       run_block(rows, 0, n);
@@ -322,7 +322,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   const QuantizedInput& qx = activation_block(type) == 32 ? b_->q8_0 : b_->q8_k;
   const bool has_offset = kernels::unpacked_has_offset(type);
   if (fused_groups) {
-    // a grouped Q4_0 matrix, 1 to 5 tokens: the fused dot on whole groups, edge groups through
+    // a grouped matrix, 1 to 5 tokens: the fused dot on whole groups, edge groups through
     // `edge` — each row's value is what dot_rows gives it as stored (the branches below)
     constexpr int64_t G = kernels::kGroupRows;
     const size_t group_bytes = size_t(G) * row_bytes;
@@ -378,7 +378,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     }
     return;
   }
-  if (lane_groups) {  // batched decode of a grouped Q4_0 matrix: as the stored rows below, from the groups
+  if (lane_groups) {  // batched decode of a grouped matrix: as the stored rows below, from the groups
     constexpr int64_t G = kernels::kGroupRows, L = kernels::kLaneTokens;
     float tile_out[kernels::kStoredTokenRows * L];  // [rows, kLaneTokens]
     const kernels::TokenLaneActivations lanes = qx.token_lanes(0);

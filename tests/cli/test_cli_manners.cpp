@@ -248,34 +248,38 @@ TEST_CASE("JOURNEY_ROW_PREFETCH turns the decode row stream's prefetch on or off
   CHECK(has(bad.err, "JOURNEY_ROW_PREFETCH='sometimes' is not a choice; expected on or off"));
 }
 
-TEST_CASE("JOURNEY_ROW_GROUPS: Q4_0 rows regrouped by 8 at load (said in bench's kernels) give the same greedy text as the rows as stored; a bad value is an error") {
-  // stories260K as Q4_0 (journey quantize), its 64- and 172-row matrices a multiple of 8
-  const fs::path q4 = kWork / "stories260K-q4_0.gguf";
-  Run made = journey("quantize data/stories260K --type q4_0 --out '" + q4.string() + "'");
-  INFO(made.err);
-  REQUIRE(made.status == 0);
-  const std::string prompt = "generate --model '" + q4.string() + "' --device cpu --max-tokens 40 --temperature 0 \"Once upon a time\"";
-  const std::string bench = "bench --model '" + q4.string() + "' --runs 1 --prompt-tokens 4 --gen-tokens 2 --json";
-  Run off = journey_with("JOURNEY_ROW_GROUPS", "off", prompt + " --no-mmap");
-  INFO(off.err);
-  REQUIRE(off.status == 0);
-  CHECK(has(off.out, "Once upon a time"));
-  CHECK(!has(journey_with("JOURNEY_ROW_GROUPS", "off", bench).out, "regrouped"));
-  bool grouped_somewhere = false;
-  for (const std::string placement : {"--no-mmap", "--mmap"}) {
-    CAPTURE(placement);
-    Run on = journey_with("JOURNEY_ROW_GROUPS", "on", prompt + " " + placement);
-    Run bench_on = journey_with("JOURNEY_ROW_GROUPS", "on", bench + " " + placement);
-    INFO(on.err); INFO(bench_on.err);
-    REQUIRE((on.status == 0 && bench_on.status == 0));
-    CHECK(on.out == off.out);  // each row's dot product has the same bits either way
-    const bool vnni = has(bench_on.out, "\"cpu_kernels\": \"avx512-vnni");  // the CPUs with dot_row_groups
-    // regrouped where the weights are copied (not the file's bytes in place) and the CPU has the kernel
-    const bool grouped = has(bench_on.out, ", Q4_0 rows regrouped by 8 (");
-    CHECK(grouped == (vnni && placement == "--no-mmap"));
-    grouped_somewhere = grouped_somewhere || grouped;
+TEST_CASE("JOURNEY_ROW_GROUPS: Q4_0 and Q8_0 rows regrouped by 8 at load (said in bench's kernels) give the same greedy text as the rows as stored; a bad value is an error") {
+  // stories260K as Q4_0 and as Q8_0 (journey quantize): its matrices of 64 rows are regrouped
+  std::string prompt;
+  for (const std::string type : {"q4_0", "q8_0"}) {
+    CAPTURE(type);
+    const fs::path quantized = kWork / ("stories260K-" + type + ".gguf");
+    Run made = journey("quantize data/stories260K --type " + type + " --out '" + quantized.string() + "'");
+    INFO(made.err);
+    REQUIRE(made.status == 0);
+    prompt = "generate --model '" + quantized.string() + "' --device cpu --max-tokens 40 --temperature 0 \"Once upon a time\"";
+    const std::string bench = "bench --model '" + quantized.string() + "' --runs 1 --prompt-tokens 4 --gen-tokens 2 --json";
+    Run off = journey_with("JOURNEY_ROW_GROUPS", "off", prompt + " --no-mmap");
+    INFO(off.err);
+    REQUIRE(off.status == 0);
+    CHECK(has(off.out, "Once upon a time"));
+    CHECK(!has(journey_with("JOURNEY_ROW_GROUPS", "off", bench).out, "regrouped"));
+    bool grouped_somewhere = false;
+    for (const std::string placement : {"--no-mmap", "--mmap"}) {
+      CAPTURE(placement);
+      Run on = journey_with("JOURNEY_ROW_GROUPS", "on", prompt + " " + placement);
+      Run bench_on = journey_with("JOURNEY_ROW_GROUPS", "on", bench + " " + placement);
+      INFO(on.err); INFO(bench_on.err);
+      REQUIRE((on.status == 0 && bench_on.status == 0));
+      CHECK(on.out == off.out);  // each row's dot product has the same bits either way
+      const bool vnni = has(bench_on.out, "\"cpu_kernels\": \"avx512-vnni");  // the CPUs with dot_row_groups
+      // regrouped where the weights are copied (not the file's bytes in place) and the CPU has the kernel
+      const bool grouped = has(bench_on.out, ", rows regrouped by 8 (");
+      CHECK(grouped == (vnni && placement == "--no-mmap"));
+      grouped_somewhere = grouped_somewhere || grouped;
+    }
+    if (!grouped_somewhere) MESSAGE("this CPU has no AVX512-VNNI: nothing was regrouped, the text compared all the same");
   }
-  if (!grouped_somewhere) MESSAGE("this CPU has no AVX512-VNNI: nothing was regrouped, the text compared all the same");
   Run bad = journey_with("JOURNEY_ROW_GROUPS", "maybe", prompt);
   CHECK(bad.status != 0);
   CHECK(has(bad.err, "JOURNEY_ROW_GROUPS='maybe' is not a choice; expected on or off"));

@@ -8,12 +8,12 @@
 //   dot         an unpacked row against one token (batched decode before dot_tokens)
 //   dot_tokens  4 unpacked rows against 16 tokens in register lanes (batched decode)
 //   unpack_row  one stored row to the unpacked form (once per row per batched step)
-//   grouped     dot_row_groups: the fused decode dot on Q4_0 rows regrouped by 8 (block_q4_0x8),
-//               per row (compare with dot_row); back/row: one such row put back as stored
-//               (q4_0_rows_from_groups: what prefill puts back per row of a grouped matrix)
+//   grouped     dot_row_groups: the fused decode dot on Q4_0 or Q8_0 rows regrouped by 8
+//               (block_q4_0x8, block_q8_0x8), per row (compare with dot_row); back/row: one such
+//               row put back as stored (rows_from_groups: what prefill pays per row of a grouped matrix)
 //   stored      dot_tokens_stored: 4 stored rows against 16 tokens in register lanes, no unpacking
 //               (Q8_0 and Q4_0; compare with dot_tokens + unpack_row / 16 tokens); grp/tokens:
-//               dot_tokens_grouped, the same from Q4_0 rows regrouped by 8 (batched decode of them)
+//               dot_tokens_grouped, the same from the rows regrouped by 8 (batched decode of them)
 //
 // usage: bench_block_dots [--in 2048] [--tokens 16]
 #include <algorithm>
@@ -102,19 +102,19 @@ int main(int argc, char** argv) {
       }, repeat) / kRows;
     }
     double grouped = -1, back = -1, grouped_tokens = -1;
-    if (k.dot_row_groups && type == DType::Q4_0) {
+    if (k.dot_row_groups && cpu::kernels::has_row_groups(type)) {
       constexpr int64_t G = cpu::kernels::kGroupRows;
       std::vector<uint8_t> rows(size_t(G * row_bytes)), groups(size_t(G * row_bytes));
       for (int64_t r = 0; r < G; ++r)
         quant::quantize(type, w.data() + (r % kRows) * in, rows.data() + r * row_bytes, in);
-      cpu::kernels::q4_0_rows_to_groups(rows.data(), G, in, groups.data());
+      cpu::kernels::rows_to_groups(type, rows.data(), G, in, groups.data());
       float group_out[G];
       grouped = time_call([&] {
         k.dot_row_groups(type, groups.data(), 1, x0, in, group_out);
         sink += group_out[0];
       }, repeat / int(G) + 1) / double(G);
       back = time_call([&] {
-        cpu::kernels::q4_0_rows_from_groups(groups.data(), in, 0, G, rows.data());
+        cpu::kernels::rows_from_groups(type, groups.data(), in, 0, G, rows.data());
         sink += float(rows[5]);
       }, repeat / int(G) + 1) / double(G);
       if (k.dot_tokens_grouped) {

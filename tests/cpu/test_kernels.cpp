@@ -205,28 +205,30 @@ TEST_CASE("kernels: dot_rows over many rows gives each row the value it gets alo
     }
 }
 
-TEST_CASE("kernels: Q4_0 rows in groups of 8 hold the stored bytes, and their decode dots equal the stored rows' bit for bit") {
+TEST_CASE("kernels: Q4_0 and Q8_0 rows in groups of 8 hold the stored bytes, and their decode dots equal the stored rows' bit for bit") {
   // 16 rows (two groups) of 800 (25 blocks: the 4-block loop and a tail block) and 768 (no tail);
-  // quants 0 and 15 planted in some blocks so a nibble placed in the wrong half or pair shows
+  // extreme quants planted in some blocks (Q4_0: 0 and 15, Q8_0: -127 and 127) so a quant placed in
+  // the wrong half, pair or row shows
+  for (DType type : {DType::Q4_0, DType::Q8_0})
   for (int64_t n : {int64_t(768), int64_t(800)}) {
-    CAPTURE(n);
+    CAPTURE(dtype_name(type)); CAPTURE(n);
     constexpr int64_t kRows = 16;
-    const size_t row_bytes = size_t(dtype_bytes_for(DType::Q4_0, n));
+    const size_t row_bytes = size_t(dtype_bytes_for(type, n));
     std::vector<uint8_t> stored(size_t(kRows) * row_bytes);
     for (int64_t r = 0; r < kRows; ++r) {
       auto values = scalar::random_vector(size_t(n), 70 + uint64_t(r), 0.5f);
       for (int64_t i = 0; i < n; i += 97) values[size_t(i)] = (r % 2 ? 4.0f : -4.0f);  // extremes of their blocks
-      const auto bytes = quantized(DType::Q4_0, values);
+      const auto bytes = quantized(type, values);
       std::memcpy(stored.data() + r * row_bytes, bytes.data(), row_bytes);
     }
     std::vector<uint8_t> grouped(stored.size()), back(stored.size(), 0xAB);
-    cpu::kernels::q4_0_rows_to_groups(stored.data(), kRows, n, grouped.data());
+    cpu::kernels::rows_to_groups(type, stored.data(), kRows, n, grouped.data());
     CHECK(grouped != stored);  // (the layout moves bytes)
-    cpu::kernels::q4_0_rows_from_groups(grouped.data(), n, 0, kRows, back.data());
+    cpu::kernels::rows_from_groups(type, grouped.data(), n, 0, kRows, back.data());
     CHECK(back == stored);
     // any run of rows, groups crossed
     std::vector<uint8_t> some(size_t(5) * row_bytes);
-    cpu::kernels::q4_0_rows_from_groups(grouped.data(), n, 6, 5, some.data());
+    cpu::kernels::rows_from_groups(type, grouped.data(), n, 6, 5, some.data());
     CHECK(std::memcmp(some.data(), stored.data() + 6 * row_bytes, some.size()) == 0);
 
     const auto x_values = scalar::random_vector(size_t(n), 61, 2.0f);
@@ -240,14 +242,14 @@ TEST_CASE("kernels: Q4_0 rows in groups of 8 hold the stored bytes, and their de
       any = true;
       CAPTURE(cpu::kernels::isa_name(isa));
       std::vector<float> from_groups(kRows, NAN), from_rows(kRows, NAN);
-      k.dot_row_groups(DType::Q4_0, grouped.data(), kRows / cpu::kernels::kGroupRows, x, n, from_groups.data());
-      k.dot_rows(DType::Q4_0, stored.data(), row_bytes, kRows, x, n, from_rows.data());
+      k.dot_row_groups(type, grouped.data(), kRows / cpu::kernels::kGroupRows, x, n, from_groups.data());
+      k.dot_rows(type, stored.data(), row_bytes, kRows, x, n, from_rows.data());
       for (int64_t r = 0; r < kRows; ++r) {
         CAPTURE(r);
         CHECK(std::memcmp(&from_groups[size_t(r)], &from_rows[size_t(r)], sizeof(float)) == 0);
       }
       float other[cpu::kernels::kGroupRows];
-      k.dot_row_groups(DType::Q8_0, grouped.data(), 1, x, n, other);
+      k.dot_row_groups(DType::Q4_1, grouped.data(), 1, x, n, other);  // (a type without groups)
       CHECK(std::isnan(other[0]));
       // batched decode: 7 tokens in the lanes, any run of up to 4 rows of a group (the second group)
       if (!k.dot_tokens_grouped) continue;
@@ -261,10 +263,10 @@ TEST_CASE("kernels: Q4_0 rows in groups of 8 hold the stored bytes, and their de
         for (int count = 1; count <= 4 && first + count <= G; ++count) {
           CAPTURE(first); CAPTURE(count);
           std::vector<float> from_group(size_t(4 * L), NAN), from_rows(size_t(4 * L), NAN);
-          k.dot_tokens_grouped(DType::Q4_0, grouped.data() + G * row_bytes, row_bytes, first, count, lanes.token_lanes(),
-                               n, from_group.data());
-          k.dot_tokens_stored(DType::Q4_0, stored.data() + (G + first) * row_bytes, row_bytes, count, lanes.token_lanes(),
-                              n, from_rows.data());
+          k.dot_tokens_grouped(type, grouped.data() + G * row_bytes, row_bytes, first, count, lanes.token_lanes(), n,
+                               from_group.data());
+          k.dot_tokens_stored(type, stored.data() + (G + first) * row_bytes, row_bytes, count, lanes.token_lanes(), n,
+                              from_rows.data());
           CHECK(std::memcmp(from_group.data(), from_rows.data(), size_t(count * L) * sizeof(float)) == 0);
         }
     }

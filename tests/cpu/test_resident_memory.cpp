@@ -185,58 +185,69 @@ TEST_CASE("copying the weights leaves the model's own tensors intact, file-backe
   }
 }
 
-// Q4_0 linear weights copied at load are regrouped by 8 rows for the one-token decode dot
-// (kernels.h, block_q4_0x8) where the CPU has it; every product — one token, a few, the token
-// lanes of a larger batch, a prefill —
-// then gives exactly what it gives on the rows as stored: the same logits, bit for bit.
-TEST_CASE("Q4_0 weights regrouped by 8 rows at load give the logits of the rows as stored, bit for bit") {
+// Q4_0 and Q8_0 linear weights copied at load are regrouped by 8 rows for the one-token decode
+// dot (kernels.h, block_q4_0x8, block_q8_0x8) where the CPU has it; every product — one token, a
+// few, the token lanes of a larger batch, a prefill — then gives exactly what it gives on the rows
+// as stored: the same logits, bit for bit.
+TEST_CASE("Q4_0 and Q8_0 weights regrouped by 8 rows at load give the logits of the rows as stored, bit for bit") {
   const fs::path work = fs::path(JOURNEY_BINARY_DIR) / "test-tmp" / "row-groups";
   fs::remove_all(work);
-  const LoadedModel model = load_model(write_quantized(write_model(work / "f32", DType::F32), work / "q4_0.gguf", "q4_0"));
-  const bool has_kernel = cpu::kernels::table(cpu::kernels::best_isa()).dot_row_groups != nullptr;
-  if (!has_kernel) MESSAGE("this CPU has no dot_row_groups (AVX512-VNNI): nothing is regrouped, checked below");
+  const fs::path f32 = write_model(work / "f32", DType::F32);
+  for (const std::string type : {"q4_0", "q8_0"}) {
+    CAPTURE(type);
+    const LoadedModel model = load_model(write_quantized(f32, work / (type + ".gguf"), type));
+    const bool has_kernel = cpu::kernels::table(cpu::kernels::best_isa()).dot_row_groups != nullptr;
+    if (!has_kernel) MESSAGE("this CPU has no dot_row_groups (AVX512-VNNI): nothing is regrouped, checked below");
 
-  struct Run {
-    CpuLoadReport report;
-    std::vector<float> logits;  // a prefill of 20 tokens (last row), 3 one-token steps, steps of 2 and 7 sequences
-  };
-  auto run = [&](WeightPlacement placement, bool row_groups) {
-    Run r;
-    const std::unique_ptr<Backend> backend =
-        make_cpu_backend(model, {.threads = 2, .weights = placement, .row_groups = row_groups, .report = &r.report});
-    backend->allocate_kv_cache(8, 16);
-    auto keep = [&](const ForwardOutput& out) { r.logits.insert(r.logits.end(), out.logits.begin(), out.logits.end()); };
-    std::vector<int32_t> prompt;
-    for (int32_t t = 0; t < 20; ++t) prompt.push_back(3 + 37 * t % 4000);
-    ForwardBatch prefill;
-    prefill.sequences.push_back({0, prompt, 0, {0, 1}, false});
-    keep(backend->forward(prefill));
-    for (int32_t step = 0; step < 3; ++step) {
-      ForwardBatch one;
-      one.sequences.push_back({0, {100 + step}, 20 + step, {0, 1}, false});
-      keep(backend->forward(one));
-    }
-    ForwardBatch two;
-    two.sequences.push_back({0, {7}, 23, {0, 1}, false});
-    two.sequences.push_back({1, {9}, 0, {2}, false});
-    keep(backend->forward(two));
-    ForwardBatch seven;  // (the token-lane kernels from 6 tokens)
-    for (int32_t s = 0; s < 7; ++s) seven.sequences.push_back({s, {11 + s}, s < 2 ? (s == 0 ? 24 : 1) : 0, {s == 0 ? 0 : s + 1}, false});
-    seven.sequences[0].block_table = {0, 1};
-    keep(backend->forward(seven));
-    return r;
-  };
-  const Run grouped = run(WeightPlacement::Copy, true);
-  const Run stored = run(WeightPlacement::Copy, false);
-  const Run in_place = run(WeightPlacement::InPlace, true);
-  // q, k, v, o, gate, up, down of 4 layers are Q4_0 (the embedding and the output layer are not
-  // regrouped: the one is read by rows, the other is another type in a q4_0 file)
-  const int64_t layer_q4_0 = 4 * dtype_bytes_for(DType::Q4_0, 2 * 512 * 512 + 2 * 256 * 512 + 3 * 1408 * 512);
-  CHECK(grouped.report.bytes_grouped == (has_kernel ? layer_q4_0 : 0));
-  CHECK(stored.report.bytes_grouped == 0);
-  CHECK(in_place.report.bytes_grouped == 0);  // --mmap: the file's bytes as they are
-  REQUIRE(grouped.logits.size() == stored.logits.size());
-  CHECK(grouped.logits.size() == 13 * 4096);  // the last row of each sequence per step
-  CHECK(std::memcmp(grouped.logits.data(), stored.logits.data(), grouped.logits.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(in_place.logits.data(), stored.logits.data(), stored.logits.size() * sizeof(float)) == 0);
+    struct Run {
+      CpuLoadReport report;
+      std::vector<float> logits;  // a prefill of 20 tokens (last row), 3 one-token steps, steps of 2 and 7 sequences
+    };
+    auto run = [&](WeightPlacement placement, bool row_groups) {
+      Run r;
+      const std::unique_ptr<Backend> backend =
+          make_cpu_backend(model, {.threads = 2, .weights = placement, .row_groups = row_groups, .report = &r.report});
+      backend->allocate_kv_cache(8, 16);
+      auto keep = [&](const ForwardOutput& out) {
+        r.logits.insert(r.logits.end(), out.logits.begin(), out.logits.end());
+      };
+      std::vector<int32_t> prompt;
+      for (int32_t t = 0; t < 20; ++t) prompt.push_back(3 + 37 * t % 4000);
+      ForwardBatch prefill;
+      prefill.sequences.push_back({0, prompt, 0, {0, 1}, false});
+      keep(backend->forward(prefill));
+      for (int32_t step = 0; step < 3; ++step) {
+        ForwardBatch one;
+        one.sequences.push_back({0, {100 + step}, 20 + step, {0, 1}, false});
+        keep(backend->forward(one));
+      }
+      ForwardBatch two;
+      two.sequences.push_back({0, {7}, 23, {0, 1}, false});
+      two.sequences.push_back({1, {9}, 0, {2}, false});
+      keep(backend->forward(two));
+      ForwardBatch seven;  // (the token-lane kernels from 6 tokens)
+      for (int32_t s = 0; s < 7; ++s)
+        seven.sequences.push_back({s, {11 + s}, s < 2 ? (s == 0 ? 24 : 1) : 0, {s == 0 ? 0 : s + 1}, false});
+      seven.sequences[0].block_table = {0, 1};
+      keep(backend->forward(seven));
+      return r;
+    };
+    const Run grouped = run(WeightPlacement::Copy, true);
+    const Run stored = run(WeightPlacement::Copy, false);
+    const Run in_place = run(WeightPlacement::InPlace, true);
+    // q, k, v, o, gate, up, down of 4 layers are of the file's type and regrouped, and in a q8_0
+    // file the output layer too (4096 x 512; a q4_0 file has it in Q6_K); the embedding is read by
+    // rows and kept as stored
+    const bool q8_0 = type == "q8_0";
+    const DType base = q8_0 ? DType::Q8_0 : DType::Q4_0;
+    const int64_t regrouped = 4 * dtype_bytes_for(base, 2 * 512 * 512 + 2 * 256 * 512 + 3 * 1408 * 512) +
+                              (q8_0 ? dtype_bytes_for(DType::Q8_0, 4096 * 512) : 0);
+    CHECK(grouped.report.bytes_grouped == (has_kernel ? regrouped : 0));
+    CHECK(stored.report.bytes_grouped == 0);
+    CHECK(in_place.report.bytes_grouped == 0);  // --mmap: the file's bytes as they are
+    REQUIRE(grouped.logits.size() == stored.logits.size());
+    CHECK(grouped.logits.size() == 13 * 4096);  // the last row of each sequence per step
+    CHECK(std::memcmp(grouped.logits.data(), stored.logits.data(), grouped.logits.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(in_place.logits.data(), stored.logits.data(), stored.logits.size() * sizeof(float)) == 0);
+  }
 }
