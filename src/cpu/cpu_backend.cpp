@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string_view>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -178,7 +180,8 @@ class WeightLoader {
   enum class Use { Linear, RowGather };
   // Whether a copied matrix is regrouped by 8 rows for the decode dot (kernels.h, has_row_groups).
   bool grouped(const TensorRef& t, int64_t rows, Use use) const {
-    return use == Use::Linear && options_.row_groups && cpu::kernels::has_row_groups(t.dtype) &&
+    return use == Use::Linear && cpu::kernels::has_row_groups(t.dtype) &&
+           std::find(options_.row_groups.begin(), options_.row_groups.end(), t.dtype) != options_.row_groups.end() &&
            rows % cpu::kernels::kGroupRows == 0 &&
            cpu::kernels::table(cpu::kernels::best_isa()).dot_row_groups != nullptr;
   }
@@ -247,7 +250,7 @@ class WeightLoader {
     std::byte* to;
     size_t bytes;
     bool file_mapped;  // from a file mapping (TensorRef::file_mapped), not owned storage
-    bool row_groups;   // Q4_0 / Q8_0 regrouped by 8 rows on the way
+    bool row_groups;   // regrouped by 8 rows on the way (CpuOptions::row_groups)
     DType type;
     size_t row_bytes;
     int64_t row_in;    // values per row
@@ -263,11 +266,21 @@ TraceTensor trace_view(const Buffer& buffer, std::vector<int64_t> shape) {
 
 }  // namespace
 
-bool default_row_groups() {
+std::vector<DType> default_row_groups() {
   const char* value = std::getenv("JOURNEY_ROW_GROUPS");
-  if (!value || std::strcmp(value, "on") == 0) return true;
-  if (std::strcmp(value, "off") == 0) return false;
-  fail("JOURNEY_ROW_GROUPS='", value, "' is not a choice; expected on or off");
+  if (!value || std::strcmp(value, "on") == 0) return {DType::Q4_0};
+  if (std::strcmp(value, "off") == 0) return {};
+  std::vector<DType> types;
+  const std::string_view list = value;
+  for (size_t begin = 0; begin <= list.size();) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    const std::optional<DType> type = dtype_from_name(list.substr(begin, end - begin));
+    if (!type || !cpu::kernels::has_row_groups(*type))
+      fail("JOURNEY_ROW_GROUPS='", value, "' is not a choice; expected on, off or a list of q4_0, q8_0, q4_k");
+    types.push_back(*type);
+    begin = end + 1;
+  }
+  return types;
 }
 
 const char* weight_placement_name(WeightPlacement placement) {

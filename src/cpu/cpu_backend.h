@@ -7,6 +7,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "assets/model.h"
 #include "backend/backend.h"
@@ -33,22 +34,28 @@ struct CpuLoadReport {
   WeightPlacement placement = WeightPlacement::Auto;  // what Auto resolved to (InPlace or Copy)
   int64_t bytes_in_place = 0;  // weight bytes multiplied where the file's memory map holds them
   int64_t bytes_copied = 0;    // weight bytes copied (Copy, misaligned matrices, f32 copies of norms and biases)
-  int64_t bytes_grouped = 0;   // of those copied, Q4_0 / Q8_0 matrices regrouped by 8 rows (CpuOptions::row_groups)
+  int64_t bytes_grouped = 0;   // of those copied, matrices regrouped by 8 rows (CpuOptions::row_groups)
   double seconds = 0;          // building the backend, including bringing the weights into memory
 };
 
-// JOURNEY_ROW_GROUPS: "on" or unset true, "off" false; another value is an error (journey::Error).
-bool default_row_groups();
+// The weight types whose matrices are regrouped by 8 rows at load (CpuOptions::row_groups), from
+// JOURNEY_ROW_GROUPS: unset or "on" the measured default, Q4_0 alone; "off" none; or a list of
+// types with row groups ("q4_0,q8_0,q4_k": kernels::has_row_groups). Another value is an error
+// (journey::Error) naming it and the choices.
+std::vector<DType> default_row_groups();
 
 struct CpuOptions {
   int threads = 0;  // threads for the matrix products and attention; 0 = all cores
   // The KV pool's type: f32, f16 or bf16 (half the memory) or q8_0 (34 bytes per 32 values).
   DType kv_dtype = DType::F32;
   WeightPlacement weights = WeightPlacement::Auto;  // --mmap: InPlace, --no-mmap: Copy
-  // Q4_0 and Q8_0 linear weights copied at load are regrouped by 8 rows for the one-token decode
-  // dot where the CPU has it (kernels.h, block_q4_0x8, block_q8_0x8); false keeps every matrix as
-  // stored (the default comes from JOURNEY_ROW_GROUPS=on|off, on when unset).
-  bool row_groups = default_row_groups();
+  // Linear weights of these types copied at load are regrouped by 8 rows for the one-token decode
+  // dot where the CPU has it (kernels.h, block_q4_0x8 ..); empty keeps every matrix as stored. By
+  // default Q4_0 alone: Q8_0 and Q4_K have grouped kernels too, faster in cache, but on the Zen 4
+  // VM their decode gained nothing and their prefill lost 6-10 % (docs/performance.md, "Q8_0 and
+  // Q4_K rows in groups"), so they are opt-in (JOURNEY_ROW_GROUPS=q4_0,q8_0,q4_k) until a machine
+  // shows a gain.
+  std::vector<DType> row_groups = default_row_groups();
   // Called while the weights' pages are brought into memory: bytes done, bytes in all.
   LoadProgress on_load_progress = nullptr;
   CpuLoadReport* report = nullptr;  // filled when given

@@ -222,7 +222,7 @@ inline bool has_fused_dot(DType type, Isa isa) {
   return dtype_is_quantized(type);
 }
 
-// ---- Q4_0 and Q8_0 rows in groups of 8 (one-token decode) ------------------------------------
+// ---- Q4_0, Q8_0 and Q4_K rows in groups of 8 (one-token decode) -------------------------------
 //
 // The fused decode dot of a stored Q4_0 row spends most of its instructions per block on things
 // that do not depend on the row: loading the activation block, its zero-point start, its scale
@@ -231,8 +231,8 @@ inline bool has_fused_dot(DType type, Isa isa) {
 // by side shares those, but costs more than it saves (each row is its own stream for the prefetcher:
 // 1.1B Q8_0 decode 27.5 -> 23.1 tok/s). So the rows are regrouped once, when the weights are copied
 // at load (llama.cpp's CPU "repack" buffers do the same, block_q4_0x8): a group of 8 rows is one
-// stream, block b of its 8 rows side by side in one chunk (8 x 18 bytes for Q4_0, 8 x 34 for Q8_0),
-// the bytes per row of the file, only moved:
+// stream, block b of its 8 rows side by side in one chunk (8 x 18 bytes for Q4_0, 8 x 34 for Q8_0,
+// 8 x 144 for a Q4_K super-block), the bytes per row of the file, only moved:
 //
 //   block_q4_0x8  | d[8] f16 (0): block b's scale of rows 0..7
 //                 | qs[128] (16): the 256 quants of the 8 blocks, two 64-byte halves h = 0, 1;
@@ -241,9 +241,12 @@ inline bool has_fused_dot(DType type, Isa isa) {
 //                 |   ones, as in block_q4_0) of row 2p + i / 32
 //   block_q8_0x8  | d[8] f16 (0): block b's scale of rows 0..7
 //                 | qs[256] (16): row r's 32 quants at 32r (pair p: bytes 64p .. 64p + 63)
+//   block_q4_kx8  | d[8], dmin[8] f16 (0, 16), scales[8][12] (32): the rows' as stored
+//                 | qs[4][4][64] (128): chunk c (qs bytes 32c .. 32c + 31) of rows 2p, 2p + 1
 //
 // so one 512-bit load (and for Q4_0 two masks) gives rows 2p and 2p + 1 in the 256-bit halves of a
-// register, each half what the stored row's kernel has in its one 256-bit register.
+// register, each half what the stored row's kernel has in its one 256-bit register. Which types
+// are grouped is CpuOptions::row_groups (by default Q4_0 alone: cpu_backend.h says why).
 // Only matrices copied at load are grouped (not `--mmap`, which uses the file's bytes in place), only
 // linear weights (not the embedding table, which is read by rows), rows a multiple of 8, and only
 // where the CPU has dot_row_groups; JOURNEY_ROW_GROUPS=off keeps every matrix as stored. Batched
@@ -260,8 +263,15 @@ struct block_q8_0x8 {
   int8_t qs[kGroupRows * 32];
 };
 static_assert(sizeof(block_q8_0x8) == kGroupRows * 34, "a group chunk holds the 8 rows' blocks, nothing more");
+struct block_q4_kx8 {
+  uint16_t d[kGroupRows];
+  uint16_t dmin[kGroupRows];
+  uint8_t scales[kGroupRows][12];
+  uint8_t qs[4][kGroupRows / 2][64];  // [chunk c][pair p]: row 2p's qs[32c .. 32c + 31], then row 2p + 1's
+};
+static_assert(sizeof(block_q4_kx8) == kGroupRows * 144, "a group chunk holds the 8 rows' super-blocks, nothing more");
 // The types whose rows can be grouped.
-inline bool has_row_groups(DType type) { return type == DType::Q4_0 || type == DType::Q8_0; }
+inline bool has_row_groups(DType type) { return type == DType::Q4_0 || type == DType::Q8_0 || type == DType::Q4_K; }
 // Rows [0, rows) of a matrix of such a type with `in` values per row (rows a multiple of 8) into
 // groups: `grouped` has the same size as `stored`.
 void rows_to_groups(DType type, const void* stored, int64_t rows, int64_t in, void* grouped);

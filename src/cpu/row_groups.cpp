@@ -97,17 +97,55 @@ void q8_0_rows_from_groups(const void* grouped, int64_t in, int64_t first, int64
   }
 }
 
+// Q4_K: per super-block the 8 rows' d, dmin and packed scales side by side, then chunk c (32 bytes
+// of qs: weights 64c .. 64c + 63) of rows 2p and 2p + 1 next to each other, pair after pair.
+void q4_k_rows_to_groups(const void* stored, int64_t rows, int64_t in, void* grouped) {
+  const int64_t blocks = in / quant::kQK_K;
+  const auto* src = static_cast<const quant::block_q4_k*>(stored);  // [rows, blocks]
+  auto* dst = static_cast<block_q4_kx8*>(grouped);                 // [rows / 8, blocks]
+  for (int64_t g = 0; g < rows / kGroupRows; ++g)
+    for (int64_t b = 0; b < blocks; ++b) {
+      block_q4_kx8& c = dst[g * blocks + b];
+      const quant::block_q4_k* row0 = src + g * kGroupRows * blocks + b;  // row r's block: row0[r * blocks]
+      for (int r = 0; r < kGroupRows; ++r) {
+        const quant::block_q4_k& block = row0[r * blocks];
+        c.d[r] = block.d, c.dmin[r] = block.dmin;
+        std::memcpy(c.scales[r], block.scales, sizeof c.scales[r]);
+        for (int chunk = 0; chunk < 4; ++chunk) std::memcpy(&c.qs[chunk][r / 2][32 * (r % 2)], block.qs + 32 * chunk, 32);
+      }
+    }
+}
+
+void q4_k_rows_from_groups(const void* grouped, int64_t in, int64_t first, int64_t count, void* stored) {
+  const int64_t blocks = in / quant::kQK_K;
+  const auto* src = static_cast<const block_q4_kx8*>(grouped);
+  auto* dst = static_cast<quant::block_q4_k*>(stored);  // [count, blocks]
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t row = first + k, g = row / kGroupRows;
+    const int r = int(row % kGroupRows);
+    const block_q4_kx8* chunk = src + g * blocks;
+    quant::block_q4_k* out = dst + k * blocks;
+    for (int64_t b = 0; b < blocks; ++b) {
+      out[b].d = chunk[b].d[r], out[b].dmin = chunk[b].dmin[r];
+      std::memcpy(out[b].scales, chunk[b].scales[r], sizeof out[b].scales);
+      for (int c = 0; c < 4; ++c) std::memcpy(out[b].qs + 32 * c, &chunk[b].qs[c][r / 2][32 * (r % 2)], 32);
+    }
+  }
+}
+
 }  // namespace
 
 void rows_to_groups(DType type, const void* stored, int64_t rows, int64_t in, void* grouped) {
   if (type == DType::Q4_0) return q4_0_rows_to_groups(stored, rows, in, grouped);
   if (type == DType::Q8_0) return q8_0_rows_to_groups(stored, rows, in, grouped);
+  if (type == DType::Q4_K) return q4_k_rows_to_groups(stored, rows, in, grouped);
   throw std::logic_error("rows_to_groups: " + std::string(dtype_name(type)) + " has no row groups");
 }
 
 void rows_from_groups(DType type, const void* grouped, int64_t in, int64_t first, int64_t count, void* stored) {
   if (type == DType::Q4_0) return q4_0_rows_from_groups(grouped, in, first, count, stored);
   if (type == DType::Q8_0) return q8_0_rows_from_groups(grouped, in, first, count, stored);
+  if (type == DType::Q4_K) return q4_k_rows_from_groups(grouped, in, first, count, stored);
   throw std::logic_error("rows_from_groups: " + std::string(dtype_name(type)) + " has no row groups");
 }
 

@@ -259,9 +259,10 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   const size_t row_bytes = size_t(dtype_bytes_for(type, in));
   const char* weight = static_cast<const char*>(target.weight.data);
   const bool fused_groups = target.weight.row_groups && T <= kSmallBatchTokens && !token_lanes_ && k.dot_row_groups;
-  const bool lane_groups = target.weight.row_groups && !prefill && token_lanes_ && k.dot_tokens_grouped;
+  const bool lane_groups = target.weight.row_groups && !prefill && token_lanes_ && k.dot_tokens_grouped &&
+                           kernels::has_stored_token_dot(type, isa);  // (Q4_K's rows unpack: put back first)
   if (target.weight.row_groups && !fused_groups && !lane_groups) {
-    // prefill: the rows back as stored, a chunk at a time, through the usual kernels
+    // prefill (and Q4_K's token lanes): the rows back as stored, a chunk at a time, through the usual kernels
     Scratch& s = scratch();
     ensure(s.stored, size_t(kStoredChunkRows) * row_bytes);
     for (int64_t r0 = begin; r0 < end; r0 += kStoredChunkRows) {

@@ -248,10 +248,11 @@ TEST_CASE("JOURNEY_ROW_PREFETCH turns the decode row stream's prefetch on or off
   CHECK(has(bad.err, "JOURNEY_ROW_PREFETCH='sometimes' is not a choice; expected on or off"));
 }
 
-TEST_CASE("JOURNEY_ROW_GROUPS: Q4_0 and Q8_0 rows regrouped by 8 at load (said in bench's kernels) give the same greedy text as the rows as stored; a bad value is an error") {
-  // stories260K as Q4_0 and as Q8_0 (journey quantize): its matrices of 64 rows are regrouped
+TEST_CASE("JOURNEY_ROW_GROUPS: rows regrouped by 8 at load (said in bench's kernels) give the same greedy text as the rows as stored; a bad value is an error") {
+  // stories260K as Q4_0, Q8_0 and Q4_K (journey quantize): its matrices of 64 rows are regrouped
+  // where the type is chosen: Q4_0 by default ("on"), Q8_0 and Q4_K when named
   std::string prompt;
-  for (const std::string type : {"q4_0", "q8_0"}) {
+  for (const std::string type : {"q4_0", "q8_0", "q4_k"}) {
     CAPTURE(type);
     const fs::path quantized = kWork / ("stories260K-" + type + ".gguf");
     Run made = journey("quantize data/stories260K --type " + type + " --out '" + quantized.string() + "'");
@@ -265,24 +266,30 @@ TEST_CASE("JOURNEY_ROW_GROUPS: Q4_0 and Q8_0 rows regrouped by 8 at load (said i
     CHECK(has(off.out, "Once upon a time"));
     CHECK(!has(journey_with("JOURNEY_ROW_GROUPS", "off", bench).out, "regrouped"));
     bool grouped_somewhere = false;
-    for (const std::string placement : {"--no-mmap", "--mmap"}) {
-      CAPTURE(placement);
-      Run on = journey_with("JOURNEY_ROW_GROUPS", "on", prompt + " " + placement);
-      Run bench_on = journey_with("JOURNEY_ROW_GROUPS", "on", bench + " " + placement);
-      INFO(on.err); INFO(bench_on.err);
-      REQUIRE((on.status == 0 && bench_on.status == 0));
-      CHECK(on.out == off.out);  // each row's dot product has the same bits either way
-      const bool vnni = has(bench_on.out, "\"cpu_kernels\": \"avx512-vnni");  // the CPUs with dot_row_groups
-      // regrouped where the weights are copied (not the file's bytes in place) and the CPU has the kernel
-      const bool grouped = has(bench_on.out, ", rows regrouped by 8 (");
-      CHECK(grouped == (vnni && placement == "--no-mmap"));
-      grouped_somewhere = grouped_somewhere || grouped;
-    }
+    for (const std::string choice : {"on", "q4_0,q8_0,q4_k"})
+      for (const std::string placement : {"--no-mmap", "--mmap"}) {
+        CAPTURE(choice); CAPTURE(placement);
+        Run on = journey_with("JOURNEY_ROW_GROUPS", choice, prompt + " " + placement);
+        Run bench_on = journey_with("JOURNEY_ROW_GROUPS", choice, bench + " " + placement);
+        INFO(on.err); INFO(bench_on.err);
+        REQUIRE((on.status == 0 && bench_on.status == 0));
+        CHECK(on.out == off.out);  // each row's dot product has the same bits either way
+        const bool vnni = has(bench_on.out, "\"cpu_kernels\": \"avx512-vnni");  // the CPUs with dot_row_groups
+        // regrouped where the weights are copied (not the file's bytes in place), the CPU has the
+        // kernel and the type is chosen
+        const bool chosen = choice != "on" || type == "q4_0";
+        const bool grouped = has(bench_on.out, ", rows regrouped by 8 (");
+        CHECK(grouped == (vnni && chosen && placement == "--no-mmap"));
+        grouped_somewhere = grouped_somewhere || grouped;
+      }
     if (!grouped_somewhere) MESSAGE("this CPU has no AVX512-VNNI: nothing was regrouped, the text compared all the same");
   }
-  Run bad = journey_with("JOURNEY_ROW_GROUPS", "maybe", prompt);
-  CHECK(bad.status != 0);
-  CHECK(has(bad.err, "JOURNEY_ROW_GROUPS='maybe' is not a choice; expected on or off"));
+  for (const std::string bad_value : {"maybe", "q4_0,q5_0"}) {
+    Run bad = journey_with("JOURNEY_ROW_GROUPS", bad_value, prompt);
+    CHECK(bad.status != 0);
+    CHECK(has(bad.err, "JOURNEY_ROW_GROUPS='" + bad_value +
+                           "' is not a choice; expected on, off or a list of q4_0, q8_0, q4_k"));
+  }
 }
 
 TEST_CASE("--mmap and --no-mmap place the weights; both give the same greedy text, and together they are a usage error") {

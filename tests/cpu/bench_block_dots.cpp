@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
         cpu::kernels::rows_from_groups(type, groups.data(), in, 0, G, rows.data());
         sink += float(rows[5]);
       }, repeat / int(G) + 1) / double(G);
-      if (k.dot_tokens_grouped) {
+      if (k.dot_tokens_grouped && cpu::kernels::has_stored_token_dot(type, isa)) {
         constexpr int kStored = cpu::kernels::kStoredTokenRows;
         float out[kStored * cpu::kernels::kLaneTokens];
         grouped_tokens = time_call([&] {

@@ -205,12 +205,12 @@ TEST_CASE("kernels: dot_rows over many rows gives each row the value it gets alo
     }
 }
 
-TEST_CASE("kernels: Q4_0 and Q8_0 rows in groups of 8 hold the stored bytes, and their decode dots equal the stored rows' bit for bit") {
-  // 16 rows (two groups) of 800 (25 blocks: the 4-block loop and a tail block) and 768 (no tail);
-  // extreme quants planted in some blocks (Q4_0: 0 and 15, Q8_0: -127 and 127) so a quant placed in
-  // the wrong half, pair or row shows
-  for (DType type : {DType::Q4_0, DType::Q8_0})
-  for (int64_t n : {int64_t(768), int64_t(800)}) {
+TEST_CASE("kernels: Q4_0, Q8_0 and Q4_K rows in groups of 8 hold the stored bytes, and their decode dots equal the stored rows' bit for bit") {
+  // 16 rows (two groups) of 800 (25 blocks: the 4-block loop and a tail block) and 768 (no tail;
+  // Q4_K: 3 super-blocks, and 1024); extreme quants planted in some blocks (Q4_0: 0 and 15, Q8_0:
+  // -127 and 127) so a quant placed in the wrong half, pair or row shows
+  for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K})
+  for (int64_t n : {int64_t(768), int64_t(type == DType::Q4_K ? 1024 : 800)}) {
     CAPTURE(dtype_name(type)); CAPTURE(n);
     constexpr int64_t kRows = 16;
     const size_t row_bytes = size_t(dtype_bytes_for(type, n));
@@ -233,7 +233,7 @@ TEST_CASE("kernels: Q4_0 and Q8_0 rows in groups of 8 hold the stored bytes, and
 
     const auto x_values = scalar::random_vector(size_t(n), 61, 2.0f);
     cpu::QuantizedInput qx;
-    qx.quantize(x_values.data(), 1, n, 32);
+    qx.quantize(x_values.data(), 1, n, dtype_block_size(type) == 256 ? 256 : 32);
     const cpu::kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
     bool any = false;
     for (Isa isa : supported_isas()) {
@@ -252,7 +252,7 @@ TEST_CASE("kernels: Q4_0 and Q8_0 rows in groups of 8 hold the stored bytes, and
       k.dot_row_groups(DType::Q4_1, grouped.data(), 1, x, n, other);  // (a type without groups)
       CHECK(std::isnan(other[0]));
       // batched decode: 7 tokens in the lanes, any run of up to 4 rows of a group (the second group)
-      if (!k.dot_tokens_grouped) continue;
+      if (!k.dot_tokens_grouped || !cpu::kernels::has_stored_token_dot(type, isa)) continue;
       const auto tokens = scalar::random_vector(size_t(7 * n), 62, 2.0f);
       cpu::QuantizedInput lanes;
       lanes.quantize(tokens.data(), 7, n, 32);

@@ -185,15 +185,15 @@ TEST_CASE("copying the weights leaves the model's own tensors intact, file-backe
   }
 }
 
-// Q4_0 and Q8_0 linear weights copied at load are regrouped by 8 rows for the one-token decode
-// dot (kernels.h, block_q4_0x8, block_q8_0x8) where the CPU has it; every product — one token, a
+// Q4_0, Q8_0 and Q4_K linear weights copied at load are regrouped by 8 rows for the one-token decode
+// dot (kernels.h, block_q4_0x8, ..) where the CPU has it; every product — one token, a
 // few, the token lanes of a larger batch, a prefill — then gives exactly what it gives on the rows
 // as stored: the same logits, bit for bit.
-TEST_CASE("Q4_0 and Q8_0 weights regrouped by 8 rows at load give the logits of the rows as stored, bit for bit") {
+TEST_CASE("Q4_0, Q8_0 and Q4_K weights regrouped by 8 rows at load give the logits of the rows as stored, bit for bit") {
   const fs::path work = fs::path(JOURNEY_BINARY_DIR) / "test-tmp" / "row-groups";
   fs::remove_all(work);
   const fs::path f32 = write_model(work / "f32", DType::F32);
-  for (const std::string type : {"q4_0", "q8_0"}) {
+  for (const std::string type : {"q4_0", "q8_0", "q4_k"}) {
     CAPTURE(type);
     const LoadedModel model = load_model(write_quantized(f32, work / (type + ".gguf"), type));
     const bool has_kernel = cpu::kernels::table(cpu::kernels::best_isa()).dot_row_groups != nullptr;
@@ -203,7 +203,7 @@ TEST_CASE("Q4_0 and Q8_0 weights regrouped by 8 rows at load give the logits of 
       CpuLoadReport report;
       std::vector<float> logits;  // a prefill of 20 tokens (last row), 3 one-token steps, steps of 2 and 7 sequences
     };
-    auto run = [&](WeightPlacement placement, bool row_groups) {
+    auto run = [&](WeightPlacement placement, std::vector<DType> row_groups) {
       Run r;
       const std::unique_ptr<Backend> backend =
           make_cpu_backend(model, {.threads = 2, .weights = placement, .row_groups = row_groups, .report = &r.report});
@@ -232,16 +232,22 @@ TEST_CASE("Q4_0 and Q8_0 weights regrouped by 8 rows at load give the logits of 
       keep(backend->forward(seven));
       return r;
     };
-    const Run grouped = run(WeightPlacement::Copy, true);
-    const Run stored = run(WeightPlacement::Copy, false);
-    const Run in_place = run(WeightPlacement::InPlace, true);
-    // q, k, v, o, gate, up, down of 4 layers are of the file's type and regrouped, and in a q8_0
-    // file the output layer too (4096 x 512; a q4_0 file has it in Q6_K); the embedding is read by
-    // rows and kept as stored
-    const bool q8_0 = type == "q8_0";
-    const DType base = q8_0 ? DType::Q8_0 : DType::Q4_0;
-    const int64_t regrouped = 4 * dtype_bytes_for(base, 2 * 512 * 512 + 2 * 256 * 512 + 3 * 1408 * 512) +
-                              (q8_0 ? dtype_bytes_for(DType::Q8_0, 4096 * 512) : 0);
+    const std::vector<DType> every = {DType::Q4_0, DType::Q8_0, DType::Q4_K};  // (the default groups Q4_0 alone)
+    const Run grouped = run(WeightPlacement::Copy, every);
+    const Run stored = run(WeightPlacement::Copy, {});
+    const Run in_place = run(WeightPlacement::InPlace, every);
+    // every linear weight of a type with row groups is regrouped (the embedding is read by rows and
+    // kept as stored): in a q4_0 file the layers' 7 matrices (its output layer is Q6_K), in a q8_0
+    // file those and the output layer, in a q4_k file the Q4_K ones (some v and down matrices and
+    // the output layer are of other types there, by the mix rules)
+    int64_t regrouped = 0, output_regrouped = 0;
+    for (const auto& [name, t] : model.weights.all())
+      if (t.shape.size() == 2 && name != "model.embed_tokens.weight" && cpu::kernels::has_row_groups(t.dtype)) {
+        regrouped += int64_t(t.nbytes);
+        if (name == "lm_head.weight") output_regrouped = int64_t(t.nbytes);
+      }
+    CHECK(regrouped >= 4 * dtype_bytes_for(DType::Q4_0, 2 * 512 * 512));  // q and o at least, in each layer
+    CHECK((output_regrouped > 0) == (type == "q8_0"));
     CHECK(grouped.report.bytes_grouped == (has_kernel ? regrouped : 0));
     CHECK(stored.report.bytes_grouped == 0);
     CHECK(in_place.report.bytes_grouped == 0);  // --mmap: the file's bytes as they are
