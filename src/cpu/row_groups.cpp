@@ -65,87 +65,72 @@ void q4_0_rows_from_groups(const void* grouped, int64_t in, int64_t first, int64
   }
 }
 
+// The layouts that place each row's block on its own (Q8_0, Q4_K; Q4_0 packs two rows' nibbles
+// per byte, above): `place(chunk, r, block)` puts row r's block into the chunk, `take(chunk, r,
+// block)` takes it back; these loops walk the groups and rows.
+template <typename Block, typename Chunk, typename Place>
+void each_row_to_groups(const void* stored, int64_t rows, int64_t blocks, void* grouped, Place place) {
+  const auto* src = static_cast<const Block*>(stored);  // [rows, blocks]
+  auto* dst = static_cast<Chunk*>(grouped);             // [rows / 8, blocks]
+  for (int64_t g = 0; g < rows / kGroupRows; ++g)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const Block* row0 = src + g * kGroupRows * blocks + b;  // row r's block: row0[r * blocks]
+      for (int r = 0; r < kGroupRows; ++r) place(dst[g * blocks + b], r, row0[r * blocks]);
+    }
+}
+template <typename Block, typename Chunk, typename Take>
+void each_row_from_groups(const void* grouped, int64_t blocks, int64_t first, int64_t count, void* stored, Take take) {
+  const auto* src = static_cast<const Chunk*>(grouped);
+  auto* dst = static_cast<Block*>(stored);  // [count, blocks]
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t row = first + k;
+    const Chunk* chunk = src + row / kGroupRows * blocks;
+    for (int64_t b = 0; b < blocks; ++b) take(chunk[b], int(row % kGroupRows), dst[k * blocks + b]);
+  }
+}
+
 // Q8_0: row r's quants are bytes 32r .. 32r + 31 of a chunk, as they are stored.
-void q8_0_rows_to_groups(const void* stored, int64_t rows, int64_t in, void* grouped) {
-  const int64_t blocks = in / quant::kQK;
-  const auto* src = static_cast<const quant::block_q8_0*>(stored);  // [rows, blocks]
-  auto* dst = static_cast<block_q8_0x8*>(grouped);                 // [rows / 8, blocks]
-  for (int64_t g = 0; g < rows / kGroupRows; ++g)
-    for (int64_t b = 0; b < blocks; ++b) {
-      block_q8_0x8& c = dst[g * blocks + b];
-      const quant::block_q8_0* row0 = src + g * kGroupRows * blocks + b;  // row r's block: row0[r * blocks]
-      for (int r = 0; r < kGroupRows; ++r) {
-        c.d[r] = row0[r * blocks].d;
-        std::memcpy(c.qs + quant::kQK * r, row0[r * blocks].qs, quant::kQK);
-      }
-    }
+void q8_0_place(block_q8_0x8& c, int r, const quant::block_q8_0& block) {
+  c.d[r] = block.d;
+  std::memcpy(c.qs + quant::kQK * r, block.qs, quant::kQK);
+}
+void q8_0_take(const block_q8_0x8& c, int r, quant::block_q8_0& block) {
+  block.d = c.d[r];
+  std::memcpy(block.qs, c.qs + quant::kQK * r, quant::kQK);
 }
 
-void q8_0_rows_from_groups(const void* grouped, int64_t in, int64_t first, int64_t count, void* stored) {
-  const int64_t blocks = in / quant::kQK;
-  const auto* src = static_cast<const block_q8_0x8*>(grouped);
-  auto* dst = static_cast<quant::block_q8_0*>(stored);  // [count, blocks]
-  for (int64_t k = 0; k < count; ++k) {
-    const int64_t row = first + k, g = row / kGroupRows;
-    const int r = int(row % kGroupRows);
-    const block_q8_0x8* chunk = src + g * blocks;
-    quant::block_q8_0* out = dst + k * blocks;
-    for (int64_t b = 0; b < blocks; ++b) {
-      out[b].d = chunk[b].d[r];
-      std::memcpy(out[b].qs, chunk[b].qs + quant::kQK * r, quant::kQK);
-    }
-  }
+// Q4_K: per super-block the 8 rows' d, dmin and packed scales side by side, then chunk k (32 bytes
+// of qs: weights 64k .. 64k + 63) of rows 2p and 2p + 1 next to each other, pair after pair.
+void q4_k_place(block_q4_kx8& c, int r, const quant::block_q4_k& block) {
+  c.d[r] = block.d, c.dmin[r] = block.dmin;
+  std::memcpy(c.scales[r], block.scales, sizeof c.scales[r]);
+  for (int k = 0; k < 4; ++k) std::memcpy(&c.qs[k][r / 2][32 * (r % 2)], block.qs + 32 * k, 32);
 }
-
-// Q4_K: per super-block the 8 rows' d, dmin and packed scales side by side, then chunk c (32 bytes
-// of qs: weights 64c .. 64c + 63) of rows 2p and 2p + 1 next to each other, pair after pair.
-void q4_k_rows_to_groups(const void* stored, int64_t rows, int64_t in, void* grouped) {
-  const int64_t blocks = in / quant::kQK_K;
-  const auto* src = static_cast<const quant::block_q4_k*>(stored);  // [rows, blocks]
-  auto* dst = static_cast<block_q4_kx8*>(grouped);                 // [rows / 8, blocks]
-  for (int64_t g = 0; g < rows / kGroupRows; ++g)
-    for (int64_t b = 0; b < blocks; ++b) {
-      block_q4_kx8& c = dst[g * blocks + b];
-      const quant::block_q4_k* row0 = src + g * kGroupRows * blocks + b;  // row r's block: row0[r * blocks]
-      for (int r = 0; r < kGroupRows; ++r) {
-        const quant::block_q4_k& block = row0[r * blocks];
-        c.d[r] = block.d, c.dmin[r] = block.dmin;
-        std::memcpy(c.scales[r], block.scales, sizeof c.scales[r]);
-        for (int chunk = 0; chunk < 4; ++chunk) std::memcpy(&c.qs[chunk][r / 2][32 * (r % 2)], block.qs + 32 * chunk, 32);
-      }
-    }
-}
-
-void q4_k_rows_from_groups(const void* grouped, int64_t in, int64_t first, int64_t count, void* stored) {
-  const int64_t blocks = in / quant::kQK_K;
-  const auto* src = static_cast<const block_q4_kx8*>(grouped);
-  auto* dst = static_cast<quant::block_q4_k*>(stored);  // [count, blocks]
-  for (int64_t k = 0; k < count; ++k) {
-    const int64_t row = first + k, g = row / kGroupRows;
-    const int r = int(row % kGroupRows);
-    const block_q4_kx8* chunk = src + g * blocks;
-    quant::block_q4_k* out = dst + k * blocks;
-    for (int64_t b = 0; b < blocks; ++b) {
-      out[b].d = chunk[b].d[r], out[b].dmin = chunk[b].dmin[r];
-      std::memcpy(out[b].scales, chunk[b].scales[r], sizeof out[b].scales);
-      for (int c = 0; c < 4; ++c) std::memcpy(out[b].qs + 32 * c, &chunk[b].qs[c][r / 2][32 * (r % 2)], 32);
-    }
-  }
+void q4_k_take(const block_q4_kx8& c, int r, quant::block_q4_k& block) {
+  block.d = c.d[r], block.dmin = c.dmin[r];
+  std::memcpy(block.scales, c.scales[r], sizeof block.scales);
+  for (int k = 0; k < 4; ++k) std::memcpy(block.qs + 32 * k, &c.qs[k][r / 2][32 * (r % 2)], 32);
 }
 
 }  // namespace
 
 void rows_to_groups(DType type, const void* stored, int64_t rows, int64_t in, void* grouped) {
   if (type == DType::Q4_0) return q4_0_rows_to_groups(stored, rows, in, grouped);
-  if (type == DType::Q8_0) return q8_0_rows_to_groups(stored, rows, in, grouped);
-  if (type == DType::Q4_K) return q4_k_rows_to_groups(stored, rows, in, grouped);
+  if (type == DType::Q8_0)
+    return each_row_to_groups<quant::block_q8_0, block_q8_0x8>(stored, rows, in / quant::kQK, grouped, q8_0_place);
+  if (type == DType::Q4_K)
+    return each_row_to_groups<quant::block_q4_k, block_q4_kx8>(stored, rows, in / quant::kQK_K, grouped, q4_k_place);
   throw std::logic_error("rows_to_groups: " + std::string(dtype_name(type)) + " has no row groups");
 }
 
 void rows_from_groups(DType type, const void* grouped, int64_t in, int64_t first, int64_t count, void* stored) {
   if (type == DType::Q4_0) return q4_0_rows_from_groups(grouped, in, first, count, stored);
-  if (type == DType::Q8_0) return q8_0_rows_from_groups(grouped, in, first, count, stored);
-  if (type == DType::Q4_K) return q4_k_rows_from_groups(grouped, in, first, count, stored);
+  if (type == DType::Q8_0)
+    return each_row_from_groups<quant::block_q8_0, block_q8_0x8>(grouped, in / quant::kQK, first, count, stored,
+                                                                 q8_0_take);
+  if (type == DType::Q4_K)
+    return each_row_from_groups<quant::block_q4_k, block_q4_kx8>(grouped, in / quant::kQK_K, first, count, stored,
+                                                                 q4_k_take);
   throw std::logic_error("rows_from_groups: " + std::string(dtype_name(type)) + " has no row groups");
 }
 
