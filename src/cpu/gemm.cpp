@@ -43,7 +43,7 @@ void pack_token_pairs(const float* x, int64_t T, int64_t in, uint16_t* packed, i
 size_t bf16_panel_rows_scratch_bytes(int64_t T);
 void bf16_panel_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,
                      const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
-                     void* scratch);
+                     void* scratch, bool row_groups);
 }  // namespace avx512bf16
 namespace amx {
 double peak_loop(int kind, int64_t iterations, float* sink);
@@ -261,17 +261,17 @@ size_t bf16_panel_rows_scratch_bytes(int64_t T) {
 
 void bf16_panel_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,
                      const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
-                     void* scratch) {
+                     void* scratch, bool row_groups) {
   if (in % 32 != 0) fail("bf16_panel_rows: rows of ", in, " weights; the bf16 panels take multiples of 32");
   if (type != DType::BF16 && !dtype_is_quantized(type))
     fail("bf16_panel_rows: weights of type ", dtype_name(type), "; expected bf16 or a block type");
 #ifdef JOURNEY_KERNELS_X86
   if (has_bf16_dot())
     return avx512bf16::bf16_panel_rows(type, y, x_packed, weight, row_bytes, bias, T, in, out, row_begin, row_end,
-                                       scratch);
+                                       scratch, row_groups);
 #endif
   (void)y, (void)x_packed, (void)weight, (void)row_bytes, (void)bias, (void)T, (void)out, (void)row_begin,
-      (void)row_end, (void)scratch;
+      (void)row_end, (void)scratch, (void)row_groups;
   fail("bf16_panel_rows: this CPU has no AVX512-BF16 (check kernels::has_bf16_dot() first)");
 }
 

@@ -277,6 +277,10 @@ inline bool has_row_groups(DType type) { return type == DType::Q4_0 || type == D
 void rows_to_groups(DType type, const void* stored, int64_t rows, int64_t in, void* grouped);
 // Rows [first, first + count) of a grouped matrix back as stored, into `stored` ([count] rows).
 void rows_from_groups(DType type, const void* grouped, int64_t in, int64_t first, int64_t count, void* stored);
+// The same for blocks [first_block, first_block + block_count) of each row only: `stored` gets
+// [count, block_count] blocks (what prefill's bf16 panels take one slice at a time).
+void row_blocks_from_groups(DType type, const void* grouped, int64_t in, int64_t first, int64_t count,
+                            int64_t first_block, int64_t block_count, void* stored);
 
 // The instructions behind the products, for journey bench's ceilings.
 enum class PeakKind { F32Fma, Int8Dot, Bf16Dot, AmxBf16 };
@@ -308,10 +312,12 @@ size_t bf16_panel_rows_scratch_bytes(int64_t T);
 // `type` (BF16 or a block type; `in` a multiple of 32) [out, in] row-major, `row_bytes` bytes per
 // row: 48 rows at a time are copied (BF16) or dequantized to bf16 one slice of 256 inputs at a time
 // into `scratch`, then multiplied with every token by vdpbf16ps (a 12-row x 32-token micro-tile
-// per pair of inputs, sums in registers); products exact, f32 sums. For prefill.
+// per pair of inputs, sums in registers); products exact, f32 sums. For prefill. row_groups: W is
+// a matrix regrouped by 8 rows (block_q4_0x8 ..; row_bytes still the rows' as stored), each slice
+// taken from the groups (row_blocks_from_groups) as it is dequantized.
 void bf16_panel_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,
                      const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
-                     void* scratch);
+                     void* scratch, bool row_groups = false);
 
 // ---- AMX-BF16 (only when has_amx()) -----------------------------------------------------------
 

@@ -42,27 +42,16 @@ void q4_0_rows_to_groups(const void* stored, int64_t rows, int64_t in, void* gro
 
 // Row r = 4h + 2m + j of a group is pair 2h + m's half j: its quant i is in byte 32j + i of half h,
 // the low nibble for m = 0, the high one for m = 1; a stored byte i holds quants i and i + 16. Byte
-// operations on 16 bytes at a time: prefill and the token lanes of batched decode put every row of a
-// grouped matrix back through here.
-void q4_0_rows_from_groups(const void* grouped, int64_t in, int64_t first, int64_t count, void* stored) {
-  const int64_t blocks = in / quant::kQK;
-  const auto* src = static_cast<const block_q4_0x8*>(grouped);
-  auto* dst = static_cast<quant::block_q4_0*>(stored);  // [count, blocks]
-  for (int64_t k = 0; k < count; ++k) {
-    const int64_t row = first + k, g = row / kGroupRows;
-    const int r = int(row % kGroupRows), h = r / 4, high = (r / 2) % 2, j = r % 2;
-    const block_q4_0x8* chunk = src + g * blocks;
-    quant::block_q4_0* out = dst + k * blocks;
-    for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* row_quants = chunk[b].qs + 64 * h + 32 * j;  // quants 0..15 of the row, then 16..31
-      out[b].d = chunk[b].d[r];
-      Bytes quants_low, quants_high;  // quants 0..15 and 16..31 of the row, in their nibbles of the group bytes
-      std::memcpy(&quants_low, row_quants, 16);
-      std::memcpy(&quants_high, row_quants + 16, 16);
-      const Bytes packed = high ? (quants_low >> 4) | (quants_high & 0xF0) : (quants_low & 0x0F) | (quants_high << 4);
-      std::memcpy(out[b].qs, &packed, 16);
-    }
-  }
+// operations on 16 bytes at a time: prefill puts every row of a grouped matrix back through here.
+void q4_0_take(const block_q4_0x8& c, int r, quant::block_q4_0& block) {
+  const int h = r / 4, high = (r / 2) % 2, j = r % 2;
+  const uint8_t* row_quants = c.qs + 64 * h + 32 * j;  // quants 0..15 of the row, then 16..31
+  block.d = c.d[r];
+  Bytes quants_low, quants_high;  // quants 0..15 and 16..31 of the row, in their nibbles of the group bytes
+  std::memcpy(&quants_low, row_quants, 16);
+  std::memcpy(&quants_high, row_quants + 16, 16);
+  const Bytes packed = high ? (quants_low >> 4) | (quants_high & 0xF0) : (quants_low & 0x0F) | (quants_high << 4);
+  std::memcpy(block.qs, &packed, 16);
 }
 
 // The layouts that place each row's block on its own (Q8_0, Q4_K; Q4_0 packs two rows' nibbles
@@ -78,14 +67,17 @@ void each_row_to_groups(const void* stored, int64_t rows, int64_t blocks, void* 
       for (int r = 0; r < kGroupRows; ++r) place(dst[g * blocks + b], r, row0[r * blocks]);
     }
 }
+// Blocks [first_block, first_block + block_count) of rows [first, first + count), each row's
+// block_count blocks after the other's in `stored`.
 template <typename Block, typename Chunk, typename Take>
-void each_row_from_groups(const void* grouped, int64_t blocks, int64_t first, int64_t count, void* stored, Take take) {
+void each_row_from_groups(const void* grouped, int64_t blocks, int64_t first, int64_t count, int64_t first_block,
+                          int64_t block_count, void* stored, Take take) {
   const auto* src = static_cast<const Chunk*>(grouped);
-  auto* dst = static_cast<Block*>(stored);  // [count, blocks]
+  auto* dst = static_cast<Block*>(stored);  // [count, block_count]
   for (int64_t k = 0; k < count; ++k) {
     const int64_t row = first + k;
-    const Chunk* chunk = src + row / kGroupRows * blocks;
-    for (int64_t b = 0; b < blocks; ++b) take(chunk[b], int(row % kGroupRows), dst[k * blocks + b]);
+    const Chunk* chunk = src + row / kGroupRows * blocks + first_block;
+    for (int64_t b = 0; b < block_count; ++b) take(chunk[b], int(row % kGroupRows), dst[k * block_count + b]);
   }
 }
 
@@ -123,15 +115,23 @@ void rows_to_groups(DType type, const void* stored, int64_t rows, int64_t in, vo
   throw std::logic_error("rows_to_groups: " + std::string(dtype_name(type)) + " has no row groups");
 }
 
-void rows_from_groups(DType type, const void* grouped, int64_t in, int64_t first, int64_t count, void* stored) {
-  if (type == DType::Q4_0) return q4_0_rows_from_groups(grouped, in, first, count, stored);
+void row_blocks_from_groups(DType type, const void* grouped, int64_t in, int64_t first, int64_t count,
+                            int64_t first_block, int64_t block_count, void* stored) {
+  const int64_t blocks = in / dtype_block_size(type);
+  if (type == DType::Q4_0)
+    return each_row_from_groups<quant::block_q4_0, block_q4_0x8>(grouped, blocks, first, count, first_block,
+                                                                 block_count, stored, q4_0_take);
   if (type == DType::Q8_0)
-    return each_row_from_groups<quant::block_q8_0, block_q8_0x8>(grouped, in / quant::kQK, first, count, stored,
-                                                                 q8_0_take);
+    return each_row_from_groups<quant::block_q8_0, block_q8_0x8>(grouped, blocks, first, count, first_block,
+                                                                 block_count, stored, q8_0_take);
   if (type == DType::Q4_K)
-    return each_row_from_groups<quant::block_q4_k, block_q4_kx8>(grouped, in / quant::kQK_K, first, count, stored,
-                                                                 q4_k_take);
+    return each_row_from_groups<quant::block_q4_k, block_q4_kx8>(grouped, blocks, first, count, first_block,
+                                                                 block_count, stored, q4_k_take);
   throw std::logic_error("rows_from_groups: " + std::string(dtype_name(type)) + " has no row groups");
+}
+
+void rows_from_groups(DType type, const void* grouped, int64_t in, int64_t first, int64_t count, void* stored) {
+  row_blocks_from_groups(type, grouped, in, first, count, 0, in / dtype_block_size(type), stored);
 }
 
 }  // namespace journey::cpu::kernels

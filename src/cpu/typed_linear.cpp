@@ -261,8 +261,10 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   const bool fused_groups = target.weight.row_groups && T <= kSmallBatchTokens && !token_lanes_ && k.dot_row_groups;
   const bool lane_groups = target.weight.row_groups && !prefill && token_lanes_ && k.dot_tokens_grouped &&
                            kernels::has_stored_token_dot(type, isa);  // (Q4_K's rows unpack: put back first)
-  if (target.weight.row_groups && !fused_groups && !lane_groups) {
-    // prefill (and Q4_K's token lanes): the rows back as stored, a chunk at a time, through the usual kernels
+  const bool panel_groups = target.weight.row_groups && prefill && path == PrefillPath::Bf16Dot;
+  if (target.weight.row_groups && !fused_groups && !lane_groups && !panel_groups) {
+    // prefill on AMX tiles (and Q4_K's token lanes): the rows back as stored, a chunk at a time,
+    // through the usual kernels
     Scratch& s = scratch();
     ensure(s.stored, size_t(kStoredChunkRows) * row_bytes);
     for (int64_t r0 = begin; r0 < end; r0 += kStoredChunkRows) {
@@ -293,7 +295,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     Scratch& s = scratch();
     ensure(s.bf16, kernels::bf16_panel_rows_scratch_bytes(T));
     kernels::bf16_panel_rows(type, target.y, b_->token_pairs.data(), weight, row_bytes, target.bias, T, in, out, begin,
-                             end, s.bf16.data());
+                             end, s.bf16.data(), target.weight.row_groups);  // (grouped: read from the groups)
     return;
   }
   if (type == DType::BF16 && x_pairs_)  // decode: the stored words split into f32 halves

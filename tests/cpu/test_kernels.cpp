@@ -271,6 +271,21 @@ TEST_CASE("kernels: Q4_0, Q8_0 and Q4_K rows in groups of 8 hold the stored byte
         }
     }
     if (!any) MESSAGE("no instruction set of this CPU has dot_row_groups (AVX512-VNNI); only the regrouping is tested");
+    // prefill on bf16 panels filled straight from the groups: the stored rows' results, bit for bit
+    // (rows 3 .. 15: panels that start inside a group and cross into the next)
+    if (cpu::kernels::has_bf16_dot()) {
+      constexpr int64_t T = 20;
+      const auto tokens = scalar::random_vector(size_t(T * n), 63, 2.0f);
+      std::vector<uint16_t> packed(size_t(cpu::kernels::token_pairs_size(T, n)));
+      cpu::kernels::pack_token_pairs(tokens.data(), T, n, packed.data(), 0, cpu::kernels::token_pair_tiles(T));
+      std::vector<unsigned char> scratch(cpu::kernels::bf16_panel_rows_scratch_bytes(T));
+      std::vector<float> from_groups(size_t(T * kRows), NAN), from_rows(size_t(T * kRows), NAN);
+      cpu::kernels::bf16_panel_rows(type, from_groups.data(), packed.data(), grouped.data(), row_bytes, nullptr, T, n,
+                                    kRows, 3, kRows, scratch.data(), true);
+      cpu::kernels::bf16_panel_rows(type, from_rows.data(), packed.data(), stored.data(), row_bytes, nullptr, T, n,
+                                    kRows, 3, kRows, scratch.data());
+      CHECK(std::memcmp(from_groups.data(), from_rows.data(), from_rows.size() * sizeof(float)) == 0);
+    }
   }
 }
 
