@@ -52,9 +52,9 @@ struct CpuOptions {
   // Linear weights of these types copied at load are regrouped by 8 rows for the one-token decode
   // dot where the CPU has it (kernels.h, block_q4_0x8 ..); empty keeps every matrix as stored. By
   // default Q4_0 alone: Q8_0 and Q4_K have grouped kernels too, faster in cache, but on the Zen 4
-  // VM their decode gained nothing and their prefill lost 6-10 % (docs/performance.md, "Q8_0 and
-  // Q4_K rows in groups"), so they are opt-in (JOURNEY_ROW_GROUPS=q4_0,q8_0,q4_k) until a machine
-  // shows a gain.
+  // VM their decode gained nothing and prefill lost 0.4-4 % (docs/performance.md, "Batched decode
+  // quads, and Q8_0 / Q4_K rows in groups"), so they are opt-in (JOURNEY_ROW_GROUPS=q4_0,q8_0,q4_k)
+  // until a machine shows a gain.
   std::vector<DType> row_groups = default_row_groups();
   // Called while the weights' pages are brought into memory: bytes done, bytes in all.
   LoadProgress on_load_progress = nullptr;
