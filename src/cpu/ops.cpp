@@ -147,10 +147,13 @@ RowSplit split_rows(int64_t out, int threads) {
 // Decode (one token) on every stored type but f32: each output row is one dot product computed by
 // one call whatever rows it is called with, so which thread computes a row cannot change its bits.
 // (f32 goes through Eigen's GEMV, whose grouping of rows is its own.)
+// Batched decode (2 .. kSmallBatchTokens tokens) on the block types: each row x token is computed
+// by one call of the token-lane kernels (dot_tokens_stored, dot_tokens, dot_tokens_grouped) or of
+// the fused dot per token, whose value for a row does not depend on the other rows of the call.
 bool rows_are_independent(int64_t T, std::span<const LinearTarget> targets) {
-  if (T != 1) return false;
+  if (T < 1 || T > kSmallBatchTokens) return false;
   for (const LinearTarget& target : targets)
-    if (target.weight.type == DType::F32) return false;
+    if (T == 1 ? target.weight.type == DType::F32 : !dtype_is_quantized(target.weight.type)) return false;
   return true;
 }
 
@@ -166,7 +169,7 @@ StealChoice steal_choice() {
   return choice;
 }
 
-// Whether this one-token product shares its rows by stealing.
+// Whether this decode product (one token, or a batch of up to kSmallBatchTokens) shares its rows by stealing.
 bool decode_stealing() {
   switch (steal_choice()) {
     case StealChoice::On: return true;
@@ -332,8 +335,8 @@ DecodeProductSplit stop_timing_decode_products() {
 }
 
 void linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets, int threads) {
-  if (T != 1) {
-    linear_shared_input_on(x, T, in, targets, threads, false);
+  if (T != 1) {  // batched decode steals too (rows_are_independent); prefill keeps the static split
+    linear_shared_input_on(x, T, in, targets, threads, T <= kSmallBatchTokens && decode_stealing());
     return;
   }
   ProductTimer& timer = product_timer();

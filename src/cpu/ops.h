@@ -81,9 +81,10 @@ void linear_shared_input(const float* x,  // [T, in]
 
 // The one-token products (decode) timed apart, for journey bench: how fast the weights stream
 // inside them and what share of a decode step they take. Off unless started (a clock read per
-// product). Rows of a one-token product are handed out by work stealing (StealingShares in ops.cpp)
-// unless JOURNEY_DECODE_STEAL=off; JOURNEY_DECODE_STEAL=alternate picks one of the two for each
-// product at random, so that both are timed under the same drift of the machine's bandwidth.
+// product). Rows of a one-token product, and of a batched-decode product on block types (2 .. 16
+// tokens), are handed out by work stealing (StealingShares in ops.cpp) unless
+// JOURNEY_DECODE_STEAL=off; JOURNEY_DECODE_STEAL=alternate picks one of the two for each product
+// at random, so that both are timed (one-token products) under the same drift of the machine's bandwidth.
 struct DecodeProductTimes {
   double seconds = 0, weight_bytes = 0;  // summed over the products timed
   int64_t products = 0;

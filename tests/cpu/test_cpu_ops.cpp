@@ -73,16 +73,20 @@ TEST_CASE("linear_shared_input gives exactly what one linear() per target gives"
   }
 }
 
-TEST_CASE("one-token products on stored types: every row once, bit-equal for 1..3 threads (work stealing)") {
+TEST_CASE("decode products on stored types: every row once, bit-equal for 1..3 threads (work stealing)") {
   // Decode shares the rows of a product by work stealing (ops.cpp, StealingShares): chunks of 16
   // rows of each thread's block, a finished thread taking the others' last chunks. Every row must
   // be computed once and, as each row is one dot product, come out the same whoever computed it.
-  // Targets of 9 (one thread only), 53, 211 and 700 rows, not multiples of the 16-row chunk.
+  // Targets of 9 (one thread only), 53, 211 and 700 rows, not multiples of the 16-row chunk. One
+  // token on every stored type but f32; batched decode (3, 7, 16 tokens: the token-lane kernels
+  // and, below their threshold, the fused dot per token) on the block types.
   const int64_t in = 256;
   const std::vector<int64_t> outs = {53, 9, 211, 700};
-  auto x = scalar::random_vector(size_t(in), 51);
+  for (int64_t T : {1, 3, 7, 16})
   for (DType type : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
-    CAPTURE(dtype_name(type));
+    if (T > 1 && !dtype_is_quantized(type)) continue;  // (f16, bf16 batches keep the static split)
+    CAPTURE(T); CAPTURE(dtype_name(type));
+    auto x = scalar::random_vector(size_t(T * in), 51);
     std::vector<std::vector<uint8_t>> stored;
     for (size_t i = 0; i < outs.size(); ++i) {
       auto w = scalar::random_vector(size_t(outs[i] * in), 60 + int(i));
@@ -95,14 +99,14 @@ TEST_CASE("one-token products on stored types: every row once, bit-equal for 1..
       CAPTURE(threads);
       std::vector<std::vector<float>> y;
       std::vector<cpu::LinearTarget> targets;
-      for (size_t i = 0; i < outs.size(); ++i) y.emplace_back(size_t(outs[i]) + 8, kSentinel);
+      for (size_t i = 0; i < outs.size(); ++i) y.emplace_back(size_t(T * outs[i]) + 8, kSentinel);  // [T, out] + 8
       for (size_t i = 0; i < outs.size(); ++i)
         targets.push_back({y[i].data(), cpu::WeightView{stored[i].data(), type}, nullptr, outs[i]});
-      cpu::linear_shared_input(x.data(), 1, in, targets, threads);
+      cpu::linear_shared_input(x.data(), T, in, targets, threads);
       for (size_t i = 0; i < outs.size(); ++i) {
         CAPTURE(i);
-        for (int64_t r = 0; r < outs[i]; ++r) REQUIRE(std::isfinite(y[i][size_t(r)]));
-        for (size_t k = size_t(outs[i]); k < y[i].size(); ++k) CHECK(y[i][k] == kSentinel);
+        for (int64_t r = 0; r < T * outs[i]; ++r) REQUIRE(std::isfinite(y[i][size_t(r)]));
+        for (size_t k = size_t(T * outs[i]); k < y[i].size(); ++k) CHECK(y[i][k] == kSentinel);
         if (threads > 1) CHECK(y[i] == by_one[i]);
       }
       if (threads == 1) by_one = y;
