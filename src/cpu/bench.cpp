@@ -117,6 +117,26 @@ double ReadBandwidthProbe::measure(int passes) {
   return best;
 }
 
+double ReadBandwidthProbe::measure_part(int64_t part, int64_t parts) {
+  const int64_t n = int64_t(buffer_->floats.size()), count = std::max<int64_t>(1, parts);
+  const int64_t begin = n * (part % count) / count, length = n * (part % count + 1) / count - begin;
+  const float* data = buffer_->floats.data() + begin;
+  auto t0 = Clock::now();
+  float total = 0;
+#pragma omp parallel num_threads(threads_) reduction(+ : total)
+  {
+    int id = 0, threads = 1;
+#ifdef _OPENMP
+    id = omp_get_thread_num(), threads = omp_get_num_threads();
+#endif
+    const int64_t from = length * id / threads, to = length * (id + 1) / threads;
+    total += streaming_sum<1>(data + from, to - from);
+  }
+  volatile float sink = total;
+  (void)sink;
+  return double(length) * sizeof(float) / seconds_since(t0) / 1e9;
+}
+
 namespace {
 // peak_rate on every thread at once (each its own register loop), summed.
 double peak_on_threads(cpu::kernels::PeakKind kind, int threads) {
@@ -200,6 +220,8 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
   if (options.measure_ceilings) probe = std::make_unique<ReadBandwidthProbe>(r.threads, options.probe_bytes);
 
   std::vector<double> prefill_rates, decode_rates, bandwidths, fractions, prefill_cpu_rates, decode_cpu_rates;
+  std::vector<double> step_fractions;  // per decode step: its bytes per second / the probe part read right after it
+  int64_t probe_part = 0;
   double decode_seconds = 0;
   cpu::DecodeProductSplit products;
   for (int run = 0; run < options.runs; ++run) {
@@ -213,23 +235,31 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
 
     const float* last = out.last_row(0);
     int32_t next = int32_t(std::max_element(last, last + c.vocab_size) - last);
-    t0 = Clock::now();
+    double run_decode_seconds = 0, probe_cpu_seconds = 0;  // the steps' own time (the probe parts between them apart)
     cpu0 = process_cpu_seconds();
     cpu::start_timing_decode_products();
     for (int g = 0; g < options.gen_tokens; ++g) {
+      t0 = Clock::now();
       ForwardBatch step;
       step.sequences.push_back({0, {next}, options.prompt_tokens + g, table, false});
       out = backend.forward(step);
       last = out.last_row(0);
       next = int32_t(std::max_element(last, last + c.vocab_size) - last);
+      const double step_seconds = seconds_since(t0);
+      run_decode_seconds += step_seconds;
+      if (probe) {
+        const double probe_cpu0 = process_cpu_seconds();
+        const double gb_s = probe->measure_part(probe_part++);
+        probe_cpu_seconds += process_cpu_seconds() - probe_cpu0;
+        step_fractions.push_back(r.decode_bytes_per_token / step_seconds / (gb_s * 1e9));
+      }
     }
-    const double run_decode_seconds = seconds_since(t0);
     const cpu::DecodeProductSplit run_products = cpu::stop_timing_decode_products();
     decode_seconds += run_decode_seconds;
     products.static_split += run_products.static_split;
     products.stealing += run_products.stealing;
     decode_rates.push_back(options.gen_tokens / run_decode_seconds);
-    decode_cpu_rates.push_back(options.gen_tokens / (process_cpu_seconds() - cpu0) * r.threads);
+    decode_cpu_rates.push_back(options.gen_tokens / (process_cpu_seconds() - cpu0 - probe_cpu_seconds) * r.threads);
     if (probe) {
       bandwidths.push_back(probe->measure());
       fractions.push_back(decode_rates.back() / (bandwidths.back() * 1e9 / r.decode_bytes_per_token));
@@ -252,6 +282,11 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
   if (options.measure_ceilings) {
     r.bandwidth_runs_gb_s = spread(bandwidths);
     r.decode_fraction = spread(fractions);
+    r.decode_step_fraction = spread(step_fractions);
+    std::sort(step_fractions.begin(), step_fractions.end());
+    const size_t steps = step_fractions.size();
+    r.decode_step_fraction_q1 = step_fractions[steps / 4];
+    r.decode_step_fraction_q3 = step_fractions[std::min(steps - 1, 3 * steps / 4)];
     r.bandwidth_gb_s = r.bandwidth_runs_gb_s.median;
     r.gemm_gflop_s = measure_gemm_gflops(r.threads, options.prompt_tokens, c.hidden_size, c.intermediate_size,
                                          &r.gemm_cpu_gflop_s);
@@ -377,6 +412,12 @@ std::string format_bench_table(const BenchResult& r) {
                 "decode / bandwidth ceiling, each run against its own probe: %.1f%% (%.1f .. %.1f%%)\n",
                 100.0 * r.decode_fraction.median, 100.0 * r.decode_fraction.min, 100.0 * r.decode_fraction.max);
   out << line;
+  std::snprintf(line, sizeof line,
+                "decode / bandwidth, each step against a probe part read right after it: %.1f%% (quartiles %.1f .. "
+                "%.1f%%, %zu steps)\n",
+                100.0 * r.decode_step_fraction.median, 100.0 * r.decode_step_fraction_q1,
+                100.0 * r.decode_step_fraction_q3, size_t(r.runs) * size_t(r.gen_tokens));
+  out << line;
   if (r.decode_product_share > 0) {
     std::snprintf(line, sizeof line,
                   "decode   products %.1f%% of decode time; the weights streamed at %.1f GB/s inside them (%.1f%% of "
@@ -423,6 +464,9 @@ nlohmann::json bench_json(const BenchResult& r) {
           {"decode_fraction_of_ceiling", r.decode_tok_s.median / r.decode_ceiling_tok_s()},
           {"read_bandwidth_runs_gb_s", spread_json(r.bandwidth_runs_gb_s)},
           {"decode_fraction_of_ceiling_per_run", spread_json(r.decode_fraction)},
+          {"decode_fraction_of_ceiling_per_step",
+           {{"median", r.decode_step_fraction.median}, {"min", r.decode_step_fraction.min},
+            {"max", r.decode_step_fraction.max}, {"q1", r.decode_step_fraction_q1}, {"q3", r.decode_step_fraction_q3}}},
           {"f32_fma_gflop_s", r.f32_fma_gflop_s},
           {"bf16_dot_gflop_s", r.bf16_dot_gflop_s},
           {"int8_dot_gop_s", r.int8_dot_gop_s},
@@ -451,7 +495,8 @@ nlohmann::json bench_json(const BenchResult& r) {
   if (!r.ceilings_measured)  // no ceiling, no fraction of one (null, not a division by zero)
     for (const char* key : {"read_bandwidth_gb_s", "gemm_gflop_s", "prefill_ceiling_tok_s", "decode_ceiling_tok_s",
                             "prefill_fraction_of_ceiling", "decode_fraction_of_ceiling", "read_bandwidth_runs_gb_s",
-                            "decode_fraction_of_ceiling_per_run", "prefill_gemm_ceiling_gflop_s",
+                            "decode_fraction_of_ceiling_per_run", "decode_fraction_of_ceiling_per_step",
+                            "prefill_gemm_ceiling_gflop_s",
                             "prefill_compute_seconds", "prefill_memory_seconds",
                             "gemm_gflop_s_per_cpu_second_x_threads", "prefill_ceiling_tok_s_per_cpu_second_x_threads"})
       j[key] = nullptr;

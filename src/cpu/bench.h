@@ -51,6 +51,14 @@ struct BenchResult {
   // ceiling measured under the same conditions (a shared machine's bandwidth drifts between runs).
   Spread bandwidth_runs_gb_s;         // the per-run probes
   Spread decode_fraction;             // per run: decode tok/s / (that run's bandwidth / bytes per token)
+  // Per decode step: the step's weight bytes per second over a part of the probe read right after
+  // the step (ReadBandwidthProbe::measure_part). On a machine whose bandwidth drifts within
+  // seconds (the 2-core VMs of docs/performance.md swing between ~30 and ~60 GB/s), the per-run
+  // probe (best of 4 full reads, after 64 steps) is neither at the same moment nor the same kind of
+  // figure as the steps' average; the pair is. Its median is the decode / ceiling this bench
+  // states for item 8's target; the quartiles say how much the pairs scatter.
+  Spread decode_step_fraction;
+  double decode_step_fraction_q1 = 0, decode_step_fraction_q3 = 0;
   double bandwidth_gb_s = 0;          // median of the per-run probes: threaded streaming read
   double gemm_gflop_s = 0;            // measured Eigen FP32 GEMM of the prefill's shape
   double gemm_cpu_gflop_s = 0;        // the same per CPU-second x threads (see prefill_cpu_tok_s)
@@ -129,6 +137,10 @@ class ReadBandwidthProbe {
  public:
   explicit ReadBandwidthProbe(int threads, size_t bytes = size_t(2) << 30);
   double measure(int passes = 4);  // GB/s, the best of `passes` full reads (two read kernels, alternating)
+  // GB/s of one read of part `part % parts` of the buffer (parts of 256 MB for the default 2 GiB:
+  // a few milliseconds, each part far larger than the caches and not read since the part before
+  // it), for a ceiling taken right beside a short measurement (journey bench: each decode step).
+  double measure_part(int64_t part, int64_t parts = 8);
  private:
   struct Buffer;
   int threads_;

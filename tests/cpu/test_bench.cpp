@@ -3,6 +3,7 @@
 // embeddings are tied and double as the LM head.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "core/error.h"
@@ -65,6 +66,26 @@ TEST_CASE("bench: with the ceilings measured, every run's decode has its own ban
   CHECK(r.decode_product_gb_s > 0);
   CHECK(json["decode_product_gb_s"].get<double>() == doctest::Approx(r.decode_product_gb_s));
   CHECK(table.find("inside them") != std::string::npos);
+  // and every decode step its own probe part right after it: 3 runs x 3 steps of pairs, ordered
+  const Spread& steps = r.decode_step_fraction;
+  CHECK(steps.min > 0);
+  CHECK(steps.min <= r.decode_step_fraction_q1);
+  CHECK(r.decode_step_fraction_q1 <= steps.median);
+  CHECK(steps.median <= r.decode_step_fraction_q3);
+  CHECK(r.decode_step_fraction_q3 <= steps.max);
+  CHECK(json["decode_fraction_of_ceiling_per_step"]["q3"].get<double>() == doctest::Approx(r.decode_step_fraction_q3));
+  CHECK(table.find("each step against a probe part read right after it") != std::string::npos);
+  CHECK(table.find("9 steps") != std::string::npos);
+}
+
+TEST_CASE("bench: a probe part reads its share of the buffer, whatever part number it is given") {
+  ReadBandwidthProbe probe(2, size_t(8) << 20);
+  for (int64_t part : {0, 7, 8, 13}) {
+    CAPTURE(part);
+    const double gb_s = probe.measure_part(part, 8);
+    CHECK(std::isfinite(gb_s));
+    CHECK(gb_s > 0);
+  }
 }
 
 TEST_CASE("bench: the engine's peak memory is taken before the bandwidth probe's buffer, the final peak after") {
