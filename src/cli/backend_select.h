@@ -39,7 +39,7 @@ struct LoadInfo {
   int64_t file_bytes = 0;        // the model's weight files
   int64_t in_place_bytes = 0;    // weights used in place in the mapping (cpu)
   int64_t copied_bytes = 0;      // weights copied (cpu)
-  int64_t grouped_bytes = 0;     // of those, Q4_0 / Q8_0 rows regrouped by 8 for the decode dot (cpu)
+  int64_t grouped_bytes = 0;     // of those, Q4_0 / Q4_K / Q8_0 rows regrouped by 8 for the decode dot (cpu)
 };
 // "loaded in 0.6 s: 1.17 GB of weights copied into 2 MiB pages (--mmap: in place); resident 1.19 GB"
 // (with ", 0.56 GB of them regrouped by 8 rows for decode" after "pages" where that happened)

@@ -268,7 +268,7 @@ TraceTensor trace_view(const Buffer& buffer, std::vector<int64_t> shape) {
 
 std::vector<DType> default_row_groups() {
   const char* value = std::getenv("JOURNEY_ROW_GROUPS");
-  if (!value || std::strcmp(value, "on") == 0) return {DType::Q4_0};
+  if (!value || std::strcmp(value, "on") == 0) return {DType::Q4_0, DType::Q4_K};
   if (std::strcmp(value, "off") == 0) return {};
   std::vector<DType> types;
   const std::string_view list = value;

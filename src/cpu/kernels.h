@@ -246,7 +246,7 @@ inline bool has_fused_dot(DType type, Isa isa) {
 //
 // so one 512-bit load (and for Q4_0 two masks) gives rows 2p and 2p + 1 in the 256-bit halves of a
 // register, each half what the stored row's kernel has in its one 256-bit register. Which types
-// are grouped is CpuOptions::row_groups (by default Q4_0 alone: cpu_backend.h says why).
+// are grouped is CpuOptions::row_groups (by default Q4_0 and Q4_K: cpu_backend.h says why).
 // Only matrices copied at load are grouped (not `--mmap`, which uses the file's bytes in place), only
 // linear weights (not the embedding table, which is read by rows), rows a multiple of 8, and only
 // where the CPU has dot_row_groups; JOURNEY_ROW_GROUPS=off keeps every matrix as stored. Batched

@@ -232,7 +232,7 @@ TEST_CASE("Q4_0, Q8_0 and Q4_K weights regrouped by 8 rows at load give the logi
       keep(backend->forward(seven));
       return r;
     };
-    const std::vector<DType> every = {DType::Q4_0, DType::Q8_0, DType::Q4_K};  // (the default groups Q4_0 alone)
+    const std::vector<DType> every = {DType::Q4_0, DType::Q8_0, DType::Q4_K};  // (the default groups Q4_0 and Q4_K)
     const Run grouped = run(WeightPlacement::Copy, every);
     const Run stored = run(WeightPlacement::Copy, {});
     const Run in_place = run(WeightPlacement::InPlace, every);
