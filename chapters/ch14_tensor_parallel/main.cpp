@@ -89,7 +89,10 @@ class LoggingCommunicator final : public Communicator {
     inner_.gather_columns(out, mine, rows, cols);
   }
   void broadcast(void* bytes, int64_t n) override { inner_.broadcast(bytes, n); }
-  [[noreturn]] void abort(int status) override { inner_.abort(status); }
+  [[noreturn]] void abort(int status) override {
+    inner_.abort(status);
+    std::abort();  // (not reached: the inner abort does not return, but the compiler cannot see through the virtual call)
+  }
   bool logging = false;
 
  private:

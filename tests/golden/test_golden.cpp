@@ -145,7 +145,7 @@ TEST_CASE("golden: each golden is a complete, versioned dump of a model we ship"
 }
 
 TEST_CASE("golden: the reference and the fast cpu backend match the PyTorch reference at every stage") {
-  for (const std::string kind : kCpuBackends)
+  for (const std::string& kind : kCpuBackends)
   for (const std::string name : kGoldens) {
     SUBCASE((kind + " " + name).c_str()) {
       const Manifest golden = read_manifest(golden_dir(name) / "manifest.json");
