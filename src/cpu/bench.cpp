@@ -90,51 +90,40 @@ ReadBandwidthProbe::ReadBandwidthProbe(int threads, size_t bytes)
   for (int64_t i = 0; i < n; ++i) data[i] = float(i & 1023);
 }
 
-double ReadBandwidthProbe::measure(int passes) {
-  const int64_t n = int64_t(buffer_->floats.size());
-  const float* data = buffer_->floats.data();
-  const double bytes = double(n) * sizeof(float);
-  double best = 0;
-  volatile float sink = 0;
-  for (int pass = 0; pass < passes; ++pass) {
-    auto t0 = Clock::now();
-    float total = 0;
-    // each thread sums one contiguous slice: one sequential stream per core, the access pattern
-    // hardware prefetchers serve fastest
-#pragma omp parallel num_threads(threads_) reduction(+ : total)
-    {
-      int id = 0, count = 1;
+namespace {
+// GB/s of one read of data[0 .. n) on `threads` threads, each summing one contiguous slice: one
+// sequential stream per core, the access pattern hardware prefetchers serve fastest.
+// accumulators: streaming_sum's 1 or 4.
+double timed_read(const float* data, int64_t n, int threads, int accumulators) {
+  auto t0 = Clock::now();
+  float total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+  {
+    int id = 0, count = 1;
 #ifdef _OPENMP
-      id = omp_get_thread_num(), count = omp_get_num_threads();
+    id = omp_get_thread_num(), count = omp_get_num_threads();
 #endif
-      const int64_t begin = n * id / count, end = n * (id + 1) / count;
-      total += pass % 2 == 0 ? streaming_sum<1>(data + begin, end - begin) : streaming_sum<4>(data + begin, end - begin);
-    }
-    sink = total;
-    best = std::max(best, bytes / seconds_since(t0) / 1e9);
+    const int64_t begin = n * id / count, end = n * (id + 1) / count;
+    total += accumulators == 1 ? streaming_sum<1>(data + begin, end - begin) : streaming_sum<4>(data + begin, end - begin);
   }
+  const double seconds = seconds_since(t0);
+  volatile float sink = total;
   (void)sink;
+  return double(n) * sizeof(float) / seconds / 1e9;
+}
+}  // namespace
+
+double ReadBandwidthProbe::measure(int passes) {
+  double best = 0;
+  for (int pass = 0; pass < passes; ++pass)
+    best = std::max(best, timed_read(buffer_->floats.data(), int64_t(buffer_->floats.size()), threads_, pass % 2 == 0 ? 1 : 4));
   return best;
 }
 
 double ReadBandwidthProbe::measure_part(int64_t part, int64_t parts) {
   const int64_t n = int64_t(buffer_->floats.size()), count = std::max<int64_t>(1, parts);
-  const int64_t begin = n * (part % count) / count, length = n * (part % count + 1) / count - begin;
-  const float* data = buffer_->floats.data() + begin;
-  auto t0 = Clock::now();
-  float total = 0;
-#pragma omp parallel num_threads(threads_) reduction(+ : total)
-  {
-    int id = 0, threads = 1;
-#ifdef _OPENMP
-    id = omp_get_thread_num(), threads = omp_get_num_threads();
-#endif
-    const int64_t from = length * id / threads, to = length * (id + 1) / threads;
-    total += streaming_sum<1>(data + from, to - from);
-  }
-  volatile float sink = total;
-  (void)sink;
-  return double(length) * sizeof(float) / seconds_since(t0) / 1e9;
+  const int64_t begin = n * (part % count) / count, end = n * (part % count + 1) / count;
+  return timed_read(buffer_->floats.data() + begin, end - begin, threads_, 1);
 }
 
 namespace {
