@@ -55,8 +55,9 @@ struct BenchResult {
   // the step (ReadBandwidthProbe::measure_part). On a machine whose bandwidth drifts within
   // seconds (the 2-core VMs of docs/performance.md swing between ~30 and ~60 GB/s), the per-run
   // probe (best of 4 full reads, after 64 steps) is neither at the same moment nor the same kind of
-  // figure as the steps' average; the pair is. Its median is the decode / ceiling this bench
-  // states for item 8's target; the quartiles say how much the pairs scatter.
+  // figure as the steps' average; the pair is. Its median compares decode with the bandwidth of
+  // the same moment (the table's line "each step against a probe part"); the quartiles say how
+  // much the pairs scatter.
   Spread decode_step_fraction;
   double decode_step_fraction_q1 = 0, decode_step_fraction_q3 = 0;
   double bandwidth_gb_s = 0;          // median of the per-run probes: threaded streaming read
