@@ -205,12 +205,18 @@ struct KernelTable {
 const KernelTable& table(Isa isa);  // falls back to the best supported Isa
 
 // The types KernelTable::dot_tokens_stored multiplies as stored: Q8_0 and Q4_0, whose blocks are
-// one scale and 32 quants with a fixed zero point (the others unpack first).
+// one scale and 32 quants with a fixed zero point, and on AVX512-VNNI Q4_K, whose sub-blocks of 32
+// take their scale and minimum once each (the others unpack first).
 // AVX2 has Q8_0 only (Q4_0 measured slower that way there: part 3c of kernels_impl.inc).
 inline bool has_stored_token_dot(DType type, Isa isa) {
-  return type == DType::Q8_0 || (type == DType::Q4_0 && isa == Isa::Avx512);
+  return type == DType::Q8_0 || ((type == DType::Q4_0 || type == DType::Q4_K) && isa == Isa::Avx512);
 }
 inline constexpr int kStoredTokenRows = 4;  // rows per dot_tokens_stored call
+// The types KernelTable::dot_tokens_grouped multiplies from their row groups: Q4_0 and Q8_0 (a
+// grouped Q4_K matrix puts its rows back as stored for dot_tokens_stored).
+inline bool has_grouped_token_dot(DType type, Isa isa) {
+  return (type == DType::Q4_0 || type == DType::Q8_0) && has_stored_token_dot(type, isa);
+}
 
 // The types KernelTable::dot_rows of `isa` multiplies: on x86 every block type (the legacy ones
 // and Q2_K .. Q6_K), on aarch64 dotprod the legacy ones and Q4_K, Q6_K.

@@ -260,7 +260,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   const char* weight = static_cast<const char*>(target.weight.data);
   const bool fused_groups = target.weight.row_groups && T <= kSmallBatchTokens && !token_lanes_ && k.dot_row_groups;
   const bool lane_groups = target.weight.row_groups && !prefill && token_lanes_ && k.dot_tokens_grouped &&
-                           kernels::has_stored_token_dot(type, isa);  // (Q4_K's rows unpack: put back first)
+                           kernels::has_grouped_token_dot(type, isa);  // (Q4_K's rows: put back first)
   const bool panel_groups = target.weight.row_groups && prefill && path == PrefillPath::Bf16Dot;
   if (target.weight.row_groups && !fused_groups && !lane_groups && !panel_groups) {
     // prefill on AMX tiles (and Q4_K's token lanes): the rows back as stored, a chunk at a time,
@@ -398,7 +398,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     return;
   }
   if (token_lanes_) {  // batched decode and integer prefill: up to 16 tokens in the lanes of a register
-    // Q8_0 and Q4_0 straight from the stored rows where the CPU has that kernel; the other types,
+    // Q8_0, Q4_0 and Q4_K straight from the stored rows where the CPU has that kernel; the other types,
     // and every type in prefill, unpack a tile of rows first (prefill multiplies each unpacked tile
     // with every chunk of 16 tokens)
     const bool stored = !prefill && k.dot_tokens_stored && kernels::has_stored_token_dot(type, isa);

@@ -16,8 +16,9 @@
 //   block types   x -> Q8_0 / Q8_K, integer dots           the same on panels dequantized to bf16;
 //                 (vpdpbusd on AVX512-VNNI, vpmaddubsw on   without AVX512-BF16 the token lanes of
 //                 AVX2; from a few tokens: all in register  batched decode, 16 tokens at a time
-//                 lanes, on AVX512-VNNI Q8_0 and Q4_0 read  (without AVX2: panels in f32)
-//                 as stored, the others unpacked)
+//                 lanes, on AVX512-VNNI Q8_0, Q4_0 and      (without AVX2: panels in f32)
+//                 Q4_K read as stored, the others
+//                 unpacked)
 //
 // Q4_0 and Q4_K (and, when named, Q8_0) matrices copied at load are regrouped by 8 rows on
 // AVX512-VNNI CPUs (kernels.h, block_q4_0x8, block_q4_kx8, block_q8_0x8): 1-5 tokens take the

@@ -12,7 +12,7 @@
 //               (block_q4_0x8, block_q8_0x8), per row (compare with dot_row); back/row: one such
 //               row put back as stored (rows_from_groups: what prefill pays per row of a grouped matrix)
 //   stored      dot_tokens_stored: 4 stored rows against 16 tokens in register lanes, no unpacking
-//               (Q8_0 and Q4_0; compare with dot_tokens + unpack_row / 16 tokens); grp/tokens:
+//               (Q8_0, Q4_0, Q4_K; compare with dot_tokens + unpack_row / 16 tokens); grp/tokens:
 //               dot_tokens_grouped, the same from the rows regrouped by 8 (batched decode of them)
 //
 // usage: bench_block_dots [--in 2048] [--tokens 16]
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
         cpu::kernels::rows_from_groups(type, groups.data(), in, 0, G, rows.data());
         sink += float(rows[5]);
       }, repeat / int(G) + 1) / double(G);
-      if (k.dot_tokens_grouped && cpu::kernels::has_stored_token_dot(type, isa)) {
+      if (k.dot_tokens_grouped && cpu::kernels::has_grouped_token_dot(type, isa)) {
         constexpr int kStored = cpu::kernels::kStoredTokenRows;
         float out[kStored * cpu::kernels::kLaneTokens];
         grouped_tokens = time_call([&] {

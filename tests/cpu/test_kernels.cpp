@@ -252,7 +252,7 @@ TEST_CASE("kernels: Q4_0, Q8_0 and Q4_K rows in groups of 8 hold the stored byte
       k.dot_row_groups(DType::Q4_1, grouped.data(), 1, x, n, other);  // (a type without groups)
       CHECK(std::isnan(other[0]));
       // batched decode: 7 tokens in the lanes, any run of up to 4 rows of a group (the second group)
-      if (!k.dot_tokens_grouped || !cpu::kernels::has_stored_token_dot(type, isa)) continue;
+      if (!k.dot_tokens_grouped || !cpu::kernels::has_grouped_token_dot(type, isa)) continue;
       const auto tokens = scalar::random_vector(size_t(7 * n), 62, 2.0f);
       cpu::QuantizedInput lanes;
       lanes.quantize(tokens.data(), 7, n, 32);
@@ -430,17 +430,19 @@ TEST_CASE("kernels: the activations' Q8_0 quants are llama.cpp's (quant::quantiz
   CHECK(int(qx.q[67]) == 0);       // just below the tie
 }
 
-TEST_CASE("kernels: dot_tokens_stored (Q8_0 and Q4_0 straight from the stored blocks) equals dot() per row and token") {
-  // 3 blocks, 17 (one scale chunk of 16 and a tail) and 64 (the 2048-wide rows of the benchmarks)
-  for (int64_t n : {96, 544, 2048})
+TEST_CASE("kernels: dot_tokens_stored (Q8_0, Q4_0, Q4_K straight from the stored blocks) equals dot() per row and token") {
+  // 3 blocks, 17 (one scale chunk of 16 and a tail) and 64 (the 2048-wide rows of the benchmarks);
+  // Q4_K: 1, 2 and 8 super-blocks of 256
+  for (int64_t n : {96, 256, 512, 544, 2048})
     for (Isa isa : supported_isas()) {
       const auto& k = cpu::kernels::table(isa);
       if (!k.dot_tokens_stored) continue;  // AVX512-VNNI and AVX2; the generic table unpacks first
-      for (DType type : {DType::Q8_0, DType::Q4_0})
+      for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K})
         for (int64_t T : {1, 6, 11, 16})
           for (int rows = 1; rows <= cpu::kernels::kStoredTokenRows; ++rows) {
             CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type)); CAPTURE(n); CAPTURE(T); CAPTURE(rows);
             if (!cpu::kernels::has_stored_token_dot(type, isa)) continue;  // AVX2: Q8_0 only
+            if (n % dtype_block_size(type) != 0 || (type != DType::Q4_K && n % 256 == 0 && n != 2048)) continue;
             const int64_t groups = n / cpu::kernels::kGroup, row_bytes = dtype_bytes_for(type, n);
             std::vector<uint8_t> stored;  // [rows, row_bytes] as stored
             for (int r = 0; r < rows; ++r) {
@@ -454,9 +456,10 @@ TEST_CASE("kernels: dot_tokens_stored (Q8_0 and Q4_0 straight from the stored bl
                            o.data() + r * groups);
             const auto x_values = scalar::random_vector(size_t(T * n), 60, 2.0f);
             cpu::QuantizedInput qx;
-            qx.quantize(x_values.data(), T, n, 32);
+            qx.quantize(x_values.data(), T, n, dtype_block_size(type) == 256 ? 256 : 32);  // Q8_K for Q4_K
             qx.lay_out_token_lanes(T);
             const int zero = cpu::kernels::unpacked_zero(type);
+            const bool has_offset = cpu::kernels::unpacked_has_offset(type);  // Q4_K's minimums
             std::vector<float> got(size_t(rows * cpu::kernels::kLaneTokens), NAN);
             k.dot_tokens_stored(type, stored.data(), size_t(row_bytes), rows, qx.token_lanes(), n, got.data());
             for (int r = 0; r < rows; ++r)
@@ -468,13 +471,15 @@ TEST_CASE("kernels: dot_tokens_stored (Q8_0 and Q4_0 straight from the stored bl
                 }
                 const cpu::kernels::QuantizedActivations xt{qx.q.data() + t * n, qx.dx.data() + t * groups,
                                                             qx.gsum.data() + t * groups, qx.xs.data() + t * groups};
-                const float want = k.dot(q.data() + r * n, s.data() + r * groups, o.data() + r * groups, zero, false, xt, n);
-                double magnitude = 0;  // sum of |each group's share|: the two differ only in f32 order
+                const float want =
+                    k.dot(q.data() + r * n, s.data() + r * groups, o.data() + r * groups, zero, has_offset, xt, n);
+                double magnitude = 0;  // sum of |each group's shares|: the two differ only in f32 order
                 for (int64_t g = 0; g < groups; ++g) {
                   int64_t group_sum = 0;
                   for (int64_t j = g * 16; j < g * 16 + 16; ++j)
                     group_sum += (int64_t(q[size_t(r * n + j)]) - zero) * qx.q[size_t(t * n + j)];
                   magnitude += std::abs(double(s[size_t(r * groups + g)]) * qx.dx[size_t(t * groups + g)] * double(group_sum));
+                  if (has_offset) magnitude += std::abs(double(o[size_t(r * groups + g)]) * qx.xs[size_t(t * groups + g)]);
                 }
                 CHECK(std::abs(got[size_t(r * cpu::kernels::kLaneTokens + t)] - want) <= 1e-5 * magnitude);
               }
