@@ -199,13 +199,16 @@ std::string load_line(const LoadInfo& info) {
   if (info.grouped_bytes > 0)
     std::snprintf(grouped, sizeof grouped, ", %.2f GB of them regrouped by 8 rows for decode",
                   double(info.grouped_bytes) / gb);
+  char sums[80] = "";
+  if (info.block_sums_bytes > 0)
+    std::snprintf(sums, sizeof sums, "; %.2f GB of Q8_0 block sums for batched decode", double(info.block_sums_bytes) / gb);
   if (info.in_place_bytes == 0 && info.copied_bytes > 0)
     std::snprintf(line, sizeof line,
-                  "loaded in %.1f s: %.2f GB of weights copied into 2 MiB pages%s (--mmap: in place); resident %.2f GB",
-                  info.seconds, double(info.copied_bytes) / gb, grouped, double(info.resident_bytes) / gb);
+                  "loaded in %.1f s: %.2f GB of weights copied into 2 MiB pages%s (--mmap: in place)%s; resident %.2f GB",
+                  info.seconds, double(info.copied_bytes) / gb, grouped, sums, double(info.resident_bytes) / gb);
   else if (info.in_place_bytes + info.copied_bytes > 0)
-    std::snprintf(line, sizeof line, "loaded in %.1f s: %.2f GB of weights used in place, %.2f GB copied; resident %.2f GB",
-                  info.seconds, double(info.in_place_bytes) / gb, double(info.copied_bytes) / gb,
+    std::snprintf(line, sizeof line, "loaded in %.1f s: %.2f GB of weights used in place, %.2f GB copied%s; resident %.2f GB",
+                  info.seconds, double(info.in_place_bytes) / gb, double(info.copied_bytes) / gb, sums,
                   double(info.resident_bytes) / gb);
   else
     std::snprintf(line, sizeof line, "loaded in %.1f s; resident %.2f GB", info.seconds, double(info.resident_bytes) / gb);
@@ -249,7 +252,7 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const std::strin
     if (world) backend = join_tensor_parallel_group(std::move(backend), *world, model, flags, world->transport());
     if (info)
       info->in_place_bytes = report.bytes_in_place, info->copied_bytes = report.bytes_copied,
-      info->grouped_bytes = report.bytes_grouped;
+      info->grouped_bytes = report.bytes_grouped, info->block_sums_bytes = report.bytes_block_sums;
   } else if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
 #if defined(JOURNEY_HAVE_CUDA)
     CudaOptions options;  // bf16 weights unless "cuda:f32" / "cuda:f16"

@@ -40,9 +40,11 @@ struct LoadInfo {
   int64_t in_place_bytes = 0;    // weights used in place in the mapping (cpu)
   int64_t copied_bytes = 0;      // weights copied (cpu)
   int64_t grouped_bytes = 0;     // of those, Q4_0 / Q4_K / Q8_0 rows regrouped by 8 for the decode dot (cpu)
+  int64_t block_sums_bytes = 0;  // Q8_0 block sums made for batched decode (cpu, CpuOptions::q8_0_block_sums)
 };
 // "loaded in 0.6 s: 1.17 GB of weights copied into 2 MiB pages (--mmap: in place); resident 1.19 GB"
-// (with ", 0.56 GB of them regrouped by 8 rows for decode" after "pages" where that happened)
+// (with ", 0.56 GB of them regrouped by 8 rows for decode" after "pages" where that happened, and
+// "; 0.07 GB of Q8_0 block sums for batched decode" before "; resident" where those were made)
 // or "loaded in 0.2 s: 2.20 GB of weights used in place, 0.01 GB copied; resident 2.25 GB".
 std::string load_line(const LoadInfo& info);
 

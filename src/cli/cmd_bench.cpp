@@ -126,6 +126,11 @@ void register_bench(CLI::App& app) {
         std::snprintf(grouped, sizeof grouped, ", rows regrouped by 8 (%.2f GB)", double(load.grouped_bytes) / 1e9);
         result.cpu_kernels += grouped;
       }
+      if (load.block_sums_bytes > 0) {  // (CpuOptions::q8_0_block_sums)
+        char sums[64];
+        std::snprintf(sums, sizeof sums, ", Q8_0 block sums (%.2f GB)", double(load.block_sums_bytes) / 1e9);
+        result.cpu_kernels += sums;
+      }
     }
     if (args->backend.tensor_parallel > 1)
       result.ceilings_skipped_why = "the ranks of a tensor-parallel group share this machine's cores and memory "

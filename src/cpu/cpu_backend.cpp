@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string_view>
 
@@ -40,6 +41,7 @@ namespace {
 // file's memory map or in the backend's WeightArena (2 MiB pages, cpu/huge_pages.h).
 struct StoredMatrix {
   cpu::WeightView view;
+  std::unique_ptr<int16_t[]> block_sums;  // [out, in / 32] (view.block_sums: Q8_0 on AVX512-VNNI), or null
 };
 
 // Under tensor parallelism H, KVH and F are this rank's share (parallel/shard.h); otherwise the model's.
@@ -121,6 +123,7 @@ class WeightLoader {
     shard_columns(t, begin, n, tp_size, slot);
     m.view.data = slot;
     report_.bytes_copied += int64_t(bytes);
+    with_block_sums(m, t.shape[0], n);
     return m;
   }
 
@@ -172,6 +175,13 @@ class WeightLoader {
       }
     }
     copies_.clear();
+    // Q8_0's block sums, from the matrices where they now lie (in place, copied or a shard's copy)
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t i = 0; i < block_sums_.size(); ++i) {
+      const PendingSums& job = block_sums_[i];
+      cpu::kernels::q8_0_block_sums(job.rows, job.count, job.in, job.sums);
+    }
+    block_sums_.clear();
   }
 
   CpuLoadReport report() const { return report_; }
@@ -197,6 +207,7 @@ class WeightLoader {
       m.view.data = data;
       mapped_.push_back({data, bytes});
       report_.bytes_in_place += int64_t(bytes);
+      if (use == Use::Linear) with_block_sums(m, n, t.shape.back());
       return m;
     }
     std::byte* slot = arena_slot(t, bytes);
@@ -206,7 +217,23 @@ class WeightLoader {
     m.view.data = slot;
     report_.bytes_copied += int64_t(bytes);
     if (m.view.row_groups) report_.bytes_grouped += int64_t(bytes);
+    if (use == Use::Linear) with_block_sums(m, n, t.shape.back());
     return m;
+  }
+
+  // A Q8_0 matrix as stored, where the CPU has kernels::dot_tokens_q8_0_sums: room for its block
+  // sums, filled by bring_into_memory (batched decode: a third fewer instructions per block, for
+  // 1/17 of the matrix's bytes more; docs/performance.md, "Q8_0 token lanes with the weights'
+  // block sums").
+  void with_block_sums(StoredMatrix& m, int64_t rows, int64_t in) {
+    if (m.view.type != DType::Q8_0 || m.view.row_groups || !options_.q8_0_block_sums ||
+        !cpu::kernels::table(cpu::kernels::best_isa()).dot_tokens_q8_0_sums)
+      return;
+    const int64_t count = rows * (in / 32);
+    m.block_sums = std::make_unique<int16_t[]>(size_t(count));
+    m.view.block_sums = m.block_sums.get();
+    block_sums_.push_back({m.view.data, rows, in, m.block_sums.get()});
+    report_.bytes_block_sums += count * int64_t(sizeof(int16_t));
   }
 
   std::byte* arena_slot(const TensorRef& t, size_t bytes) {
@@ -256,6 +283,12 @@ class WeightLoader {
     int64_t row_in;    // values per row
   };
   std::vector<PendingCopy> copies_;  // matrices placed in the arena, not yet copied
+  struct PendingSums {
+    const void* rows;  // the matrix where it will lie once copied
+    int64_t count, in;
+    int16_t* sums;     // [count, in / 32]
+  };
+  std::vector<PendingSums> block_sums_;  // Q8_0 block sums to make once the matrices are in place
   CpuLoadReport report_;
 };
 
@@ -281,6 +314,13 @@ std::vector<DType> default_row_groups() {
     begin = end + 1;
   }
   return types;
+}
+
+bool default_q8_0_block_sums() {
+  const char* value = std::getenv("JOURNEY_Q8_0_BLOCK_SUMS");
+  if (!value || std::strcmp(value, "on") == 0) return true;
+  if (std::strcmp(value, "off") == 0) return false;
+  fail("JOURNEY_Q8_0_BLOCK_SUMS='", value, "' is not a choice; expected on or off");
 }
 
 const char* weight_placement_name(WeightPlacement placement) {

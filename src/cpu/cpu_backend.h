@@ -35,6 +35,7 @@ struct CpuLoadReport {
   int64_t bytes_in_place = 0;  // weight bytes multiplied where the file's memory map holds them
   int64_t bytes_copied = 0;    // weight bytes copied (Copy, misaligned matrices, f32 copies of norms and biases)
   int64_t bytes_grouped = 0;   // of those copied, matrices regrouped by 8 rows (CpuOptions::row_groups)
+  int64_t bytes_block_sums = 0;  // Q8_0 block sums made for batched decode (CpuOptions::q8_0_block_sums)
   double seconds = 0;          // building the backend, including bringing the weights into memory
 };
 
@@ -43,6 +44,10 @@ struct CpuLoadReport {
 // types with row groups ("q4_0,q8_0,q4_k": kernels::has_row_groups). Another value is an error
 // (journey::Error) naming it and the choices.
 std::vector<DType> default_row_groups();
+// Whether Q8_0 matrices get their block sums (CpuOptions::q8_0_block_sums), from
+// JOURNEY_Q8_0_BLOCK_SUMS: unset or "on" yes, "off" no (1/17 of the Q8_0 bytes less memory, batched
+// decode of Q8_0 slower); another value is an error (journey::Error) naming it.
+bool default_q8_0_block_sums();
 
 struct CpuOptions {
   int threads = 0;  // threads for the matrix products and attention; 0 = all cores
@@ -56,6 +61,10 @@ struct CpuOptions {
   // step (Q4_K's token lanes put the rows back first); Q8_0's grouped decode gained nothing there,
   // so it is opt-in (docs/performance.md, "Q4_K rows in groups by default").
   std::vector<DType> row_groups = default_row_groups();
+  // Q8_0 linear matrices as stored get the sum of each block's quants ([rows, in / 32] int16, 1/17
+  // of their bytes) where the CPU has kernels::dot_tokens_q8_0_sums (AVX512-VNNI): batched decode
+  // (2-16 tokens) then runs a third fewer instructions per block, with the same bits. false: none.
+  bool q8_0_block_sums = default_q8_0_block_sums();
   // Called while the weights' pages are brought into memory: bytes done, bytes in all.
   LoadProgress on_load_progress = nullptr;
   CpuLoadReport* report = nullptr;  // filled when given

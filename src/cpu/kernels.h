@@ -157,6 +157,14 @@ struct KernelTable {
   // stored rows' results, bit for bit. AVX512-VNNI only (nullptr elsewhere, with dot_row_groups).
   void (*dot_tokens_grouped)(DType type, const void* group, size_t row_bytes, int first, int count,
                              const TokenLaneActivations& x, int64_t n, float* out);
+  // dot_tokens_stored for Q8_0 rows whose block sums are at hand (q8_0_block_sums: sums [count,
+  // n / 32], `sums_stride` apart): the tokens' quants are made unsigned once per block for all rows
+  // (x + 128) and each weight quad is the broadcast memory operand of vpdpbusd itself, signed as
+  // stored, so a quad costs one instruction instead of two; the 128 x sum of the block's weights
+  // starts its integer sum. The same exact integer sums and f32 work as dot_tokens_stored: its
+  // results, bit for bit. AVX512-VNNI only (nullptr elsewhere).
+  void (*dot_tokens_q8_0_sums)(const void* rows, size_t row_bytes, const int16_t* sums, size_t sums_stride,
+                               int count, const TokenLaneActivations& x, int64_t n, float* out);
   // One row of n values (a multiple of 32) as Q8_0 activation blocks: q [n], and per group of 16
   // dx (the block's scale), gsum (the sum of its quants) and xs = dx * gsum, [n / 16] each; bit for
   // bit QuantizedInput::quantize's plain loop (block 32). AVX2 and AVX-512; nullptr in the generic
@@ -288,6 +296,11 @@ void rows_from_groups(DType type, const void* grouped, int64_t in, int64_t first
 // [count, block_count] blocks (what prefill's bf16 panels take one slice at a time).
 void row_blocks_from_groups(DType type, const void* grouped, int64_t in, int64_t first, int64_t count,
                             int64_t first_block, int64_t block_count, void* stored);
+
+// The sum of each Q8_0 block's 32 quants, for dot_tokens_q8_0_sums: rows [0, count) of a stored
+// Q8_0 matrix of `in` values per row into sums [count, in / 32] (|sum| <= 32 x 128 fits int16).
+// Made once per matrix at load where the CPU has that kernel (1/17 of the matrix's bytes).
+void q8_0_block_sums(const void* rows, int64_t count, int64_t in, int16_t* sums);
 
 // The instructions behind the products, for journey bench's ceilings.
 enum class PeakKind { F32Fma, Int8Dot, Bf16Dot, AmxBf16 };

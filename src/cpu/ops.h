@@ -21,12 +21,16 @@ namespace journey::cpu {
 // A weight matrix as stored: its bytes and their type. The shape comes with the op's other
 // arguments ([out, in] for linear, [V, E] for embedding_gather); row r starts at byte
 // r * dtype_bytes_for(type, in), so a block type's rows hold whole blocks — unless row_groups:
-// a Q4_0 or Q8_0 matrix (rows a multiple of 8) regrouped at load for the one-token decode dot
-// (kernels.h, block_q4_0x8, block_q8_0x8), the same bytes in another order; only linear reads it.
+// a Q4_0, Q8_0 or Q4_K matrix (rows a multiple of 8) regrouped at load for the one-token decode
+// dot (kernels.h, block_q4_0x8, block_q8_0x8, block_q4_kx8), the same bytes in another order; only
+// linear reads it.
 struct WeightView {
   const void* data = nullptr;
   DType type = DType::F32;
   bool row_groups = false;
+  // A Q8_0 matrix as stored (not grouped): the sum of each block's quants, [out, in / 32], made at
+  // load where the CPU has kernels::dot_tokens_q8_0_sums (batched decode then takes it); or null.
+  const int16_t* block_sums = nullptr;
 };
 
 // out[t, :] = table[tokens[t], :], widened to f32 (block types dequantized by quant::dequantize,

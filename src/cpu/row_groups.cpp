@@ -1,7 +1,7 @@
-// Q4_0 and Q8_0 rows regrouped by 8 for the one-token decode dot, and back (kernels.h,
-// block_q4_0x8, block_q8_0x8). Plain
-// byte moves, run once per matrix at load and per chunk of rows where a product of several tokens
-// reads a grouped matrix.
+// Q4_0, Q8_0 and Q4_K rows regrouped by 8 for the one-token decode dot, and back (kernels.h,
+// block_q4_0x8, block_q8_0x8, block_q4_kx8). Plain byte moves, run once per matrix at load and per
+// chunk of rows where a product of several tokens reads a grouped matrix. And Q8_0's block sums
+// (q8_0_block_sums), the other layout made at load.
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -132,6 +132,15 @@ void row_blocks_from_groups(DType type, const void* grouped, int64_t in, int64_t
 
 void rows_from_groups(DType type, const void* grouped, int64_t in, int64_t first, int64_t count, void* stored) {
   row_blocks_from_groups(type, grouped, in, first, count, 0, in / dtype_block_size(type), stored);
+}
+
+void q8_0_block_sums(const void* rows, int64_t count, int64_t in, int16_t* sums) {
+  const auto* blocks = static_cast<const quant::block_q8_0*>(rows);  // [count, in / 32]
+  for (int64_t b = 0; b < count * (in / quant::kQK); ++b) {
+    int sum = 0;
+    for (int8_t q : blocks[b].qs) sum += q;
+    sums[b] = int16_t(sum);
+  }
 }
 
 }  // namespace journey::cpu::kernels

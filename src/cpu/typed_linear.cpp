@@ -402,6 +402,8 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     // and every type in prefill, unpack a tile of rows first (prefill multiplies each unpacked tile
     // with every chunk of 16 tokens)
     const bool stored = !prefill && k.dot_tokens_stored && kernels::has_stored_token_dot(type, isa);
+    // Q8_0 with its block sums: the same bits, a third fewer instructions (kernels.h)
+    const bool with_sums = stored && type == DType::Q8_0 && target.weight.block_sums && k.dot_tokens_q8_0_sums;
     const int R = stored ? kernels::kStoredTokenRows : kernels::kTokenRows;
     if (!stored) {
       ensure(s.q, size_t(R * in));
@@ -427,7 +429,10 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
       }
       for (int64_t c = 0; c < qx.lane_chunks(); ++c) {
         const kernels::TokenLaneActivations lanes = qx.token_lanes(c);
-        if (stored)
+        if (with_sums)
+          k.dot_tokens_q8_0_sums(weight + r0 * row_bytes, row_bytes, target.weight.block_sums + r0 * (in / 32),
+                                 size_t(in / 32), rows, lanes, in, tile_out);
+        else if (stored)
           k.dot_tokens_stored(type, weight + r0 * row_bytes, row_bytes, rows, lanes, in, tile_out);
         else
           k.dot_tokens(s.q.data(), s.s.data(), s.o.data(), rows, zero, has_offset, lanes, in, tile_out);

@@ -293,6 +293,29 @@ TEST_CASE("JOURNEY_ROW_GROUPS: rows regrouped by 8 at load (said in bench's kern
   }
 }
 
+TEST_CASE("JOURNEY_Q8_0_BLOCK_SUMS: Q8_0's block sums (said in bench's kernels) are made unless off; the same greedy text; a bad value is an error") {
+  const fs::path quantized = kWork / "stories260K-q8_0-sums.gguf";
+  Run made = journey("quantize data/stories260K --type q8_0 --out '" + quantized.string() + "'");
+  INFO(made.err);
+  REQUIRE(made.status == 0);
+  const std::string prompt = "generate --model '" + quantized.string() + "' --device cpu --max-tokens 40 --temperature 0 \"Once upon a time\"";
+  const std::string bench = "bench --model '" + quantized.string() + "' --runs 1 --prompt-tokens 4 --gen-tokens 2 --json";
+  Run text_on = journey_with("JOURNEY_Q8_0_BLOCK_SUMS", "on", prompt), text_off = journey_with("JOURNEY_Q8_0_BLOCK_SUMS", "off", prompt);
+  Run bench_on = journey_with("JOURNEY_Q8_0_BLOCK_SUMS", "on", bench), bench_off = journey_with("JOURNEY_Q8_0_BLOCK_SUMS", "off", bench);
+  INFO(text_on.err); INFO(bench_on.err);
+  REQUIRE((text_on.status == 0 && text_off.status == 0 && bench_on.status == 0 && bench_off.status == 0));
+  CHECK(has(text_on.out, "Once upon a time"));
+  CHECK(text_on.out == text_off.out);
+  // made where the CPU has the kernel (AVX512-VNNI): the Q8_0 matrices as stored, 1/17 of their bytes
+  const bool vnni = has(bench_on.out, "\"cpu_kernels\": \"avx512-vnni");
+  CHECK(has(bench_on.out, ", Q8_0 block sums (") == vnni);
+  CHECK(!has(bench_off.out, "block sums"));
+  if (!vnni) MESSAGE("this CPU has no AVX512-VNNI: no block sums are made, the text compared all the same");
+  Run bad = journey_with("JOURNEY_Q8_0_BLOCK_SUMS", "sometimes", prompt);
+  CHECK(bad.status != 0);
+  CHECK(has(bad.err, "JOURNEY_Q8_0_BLOCK_SUMS='sometimes' is not a choice; expected on or off"));
+}
+
 TEST_CASE("--mmap and --no-mmap place the weights; both give the same greedy text, and together they are a usage error") {
   const std::string prompt = "generate --model data/stories260K --device cpu --max-tokens 24 --temperature 0 \"Once upon a time\"";
   Run placed = journey(prompt);  // the default: copied into 2 MiB pages where Linux has them, else in place

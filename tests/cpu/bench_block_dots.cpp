@@ -13,7 +13,8 @@
 //               row put back as stored (rows_from_groups: what prefill pays per row of a grouped matrix)
 //   stored      dot_tokens_stored: 4 stored rows against 16 tokens in register lanes, no unpacking
 //               (Q8_0, Q4_0, Q4_K; compare with dot_tokens + unpack_row / 16 tokens); grp/tokens:
-//               dot_tokens_grouped, the same from the rows regrouped by 8 (batched decode of them)
+//               dot_tokens_grouped, the same from the rows regrouped by 8 (batched decode of them);
+//               +sums: dot_tokens_q8_0_sums, Q8_0's stored rows with their block sums (AVX512-VNNI)
 //
 // usage: bench_block_dots [--in 2048] [--tokens 16]
 #include <algorithm>
@@ -75,8 +76,8 @@ int main(int argc, char** argv) {
   for (float& v : x) v = normal(rng);
   std::printf("isa %s, in %lld, %lld tokens; ns of this thread's CPU time per row x token (2 x in operations)\n",
               std::string(cpu::kernels::isa_name(isa)).c_str(), (long long)in, (long long)tokens);
-  std::printf("%-6s %10s %10s %10s %10s %12s %12s %12s %12s\n", "type", "dot_row", "grouped", "back/row", "dot", "dot_tokens",
-              "unpack/row", "stored", "grp/tokens");
+  std::printf("%-6s %10s %10s %10s %10s %12s %12s %12s %12s %10s\n", "type", "dot_row", "grouped", "back/row", "dot",
+              "dot_tokens", "unpack/row", "stored", "grp/tokens", "+sums");
   float sink = 0;
   for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const int64_t row_bytes = dtype_bytes_for(type, in);
@@ -156,10 +157,22 @@ int main(int argc, char** argv) {
         sink += out[0];
       }, repeat / int(tokens) + 1) / double(kStored * tokens);
     }
+    double with_sums = -1;
+    if (type == DType::Q8_0 && k.dot_tokens_q8_0_sums) {
+      constexpr int kStored = cpu::kernels::kStoredTokenRows;
+      std::vector<int16_t> sums(size_t(kStored * (in / 32)));
+      cpu::kernels::q8_0_block_sums(stored.data(), kStored, in, sums.data());
+      float out[kStored * cpu::kernels::kLaneTokens];
+      with_sums = time_call([&] {
+        k.dot_tokens_q8_0_sums(stored.data(), size_t(row_bytes), sums.data(), size_t(in / 32), kStored, qx.token_lanes(),
+                               in, out);
+        sink += out[0];
+      }, repeat / int(tokens) + 1) / double(kStored * tokens);
+    }
     auto cell = [](double seconds) { return seconds < 0 ? std::string("-") : std::to_string(seconds * 1e9).substr(0, 6); };
-    std::printf("%-6s %10s %10s %10s %10s %12s %12s %12s %12s\n", std::string(dtype_name(type)).c_str(), cell(fused).c_str(),
-                cell(grouped).c_str(), cell(back).c_str(), cell(plain).c_str(), cell(tiled).c_str(), cell(unpack).c_str(),
-                cell(direct).c_str(), cell(grouped_tokens).c_str());
+    std::printf("%-6s %10s %10s %10s %10s %12s %12s %12s %12s %10s\n", std::string(dtype_name(type)).c_str(),
+                cell(fused).c_str(), cell(grouped).c_str(), cell(back).c_str(), cell(plain).c_str(), cell(tiled).c_str(),
+                cell(unpack).c_str(), cell(direct).c_str(), cell(grouped_tokens).c_str(), cell(with_sums).c_str());
   }
   // The floor of every column but unpack: each row x token is `in` multiply-adds, and vpdpbusd
   // (512-bit) does 64 of them per instruction at best (AVX2's vpmaddubsw + vpmaddwd pair 32).

@@ -487,6 +487,47 @@ TEST_CASE("kernels: dot_tokens_stored (Q8_0, Q4_0, Q4_K straight from the stored
     }
 }
 
+TEST_CASE("kernels: dot_tokens_q8_0_sums (weights signed, tokens + 128, the block sums) equals dot_tokens_stored bit for bit") {
+  for (Isa isa : supported_isas()) {
+    const auto& k = cpu::kernels::table(isa);
+    if (!k.dot_tokens_q8_0_sums) continue;  // AVX512-VNNI only
+    for (int64_t n : {96, 544, 2048})  // 3 blocks, one chunk of 16 scales and a tail, 64 blocks
+      for (int64_t T : {1, 6, 11, 16})
+        for (int rows = 1; rows <= cpu::kernels::kStoredTokenRows; ++rows) {
+          CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(n); CAPTURE(T); CAPTURE(rows);
+          const int64_t blocks = n / 32, row_bytes = dtype_bytes_for(DType::Q8_0, n);
+          std::vector<uint8_t> stored;  // [rows, row_bytes]
+          for (int r = 0; r < rows; ++r) {
+            const auto bytes = quantized(DType::Q8_0, scalar::random_vector(size_t(n), 70 + r, 0.5f));
+            stored.insert(stored.end(), bytes.begin(), bytes.end());
+          }
+          auto* block = reinterpret_cast<quant::block_q8_0*>(stored.data());  // row 0's blocks
+          for (int i = 0; i < 32; ++i) block[0].qs[i] = 127, block[1].qs[i] = -128;  // the sums' extremes
+          std::vector<int16_t> sums(size_t(rows * blocks), 12345);
+          cpu::kernels::q8_0_block_sums(stored.data(), rows, n, sums.data());
+          for (int64_t b = 0; b < rows * blocks; ++b) {
+            int want = 0;
+            for (int8_t q : block[b].qs) want += q;
+            REQUIRE(sums[size_t(b)] == want);
+          }
+          CHECK(sums[0] == 32 * 127);
+          CHECK(sums[1] == -32 * 128);
+          const auto x_values = scalar::random_vector(size_t(T * n), 80, 2.0f);
+          cpu::QuantizedInput qx;
+          qx.quantize(x_values.data(), T, n, 32);
+          qx.lay_out_token_lanes(T);
+          constexpr int64_t L = cpu::kernels::kLaneTokens;
+          std::vector<float> want(size_t(rows * L), NAN), got(size_t(rows * L), NAN);
+          k.dot_tokens_stored(DType::Q8_0, stored.data(), size_t(row_bytes), rows, qx.token_lanes(), n, want.data());
+          k.dot_tokens_q8_0_sums(stored.data(), size_t(row_bytes), sums.data(), size_t(blocks), rows, qx.token_lanes(), n,
+                                 got.data());
+          CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0);
+          for (int r = 0; r < rows; ++r)  // (and not both zero: the rows multiply something)
+            CHECK(want[size_t(r * L)] != 0.0f);
+        }
+  }
+}
+
 TEST_CASE("kernels: the f16 and bf16 small-batch kernels equal the f32 one on the widened weights, and the product") {
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);

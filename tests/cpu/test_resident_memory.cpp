@@ -188,7 +188,8 @@ TEST_CASE("copying the weights leaves the model's own tensors intact, file-backe
 // Q4_0, Q8_0 and Q4_K linear weights copied at load are regrouped by 8 rows for the one-token decode
 // dot (kernels.h, block_q4_0x8, ..) where the CPU has it; every product — one token, a
 // few, the token lanes of a larger batch, a prefill — then gives exactly what it gives on the rows
-// as stored: the same logits, bit for bit.
+// as stored: the same logits, bit for bit. So do the Q8_0 block sums of batched decode
+// (CpuOptions::q8_0_block_sums, kernels::dot_tokens_q8_0_sums), made for Q8_0 matrices as stored.
 TEST_CASE("Q4_0, Q8_0 and Q4_K weights regrouped by 8 rows at load give the logits of the rows as stored, bit for bit") {
   const fs::path work = fs::path(JOURNEY_BINARY_DIR) / "test-tmp" / "row-groups";
   fs::remove_all(work);
@@ -203,10 +204,11 @@ TEST_CASE("Q4_0, Q8_0 and Q4_K weights regrouped by 8 rows at load give the logi
       CpuLoadReport report;
       std::vector<float> logits;  // a prefill of 20 tokens (last row), 3 one-token steps, steps of 2 and 7 sequences
     };
-    auto run = [&](WeightPlacement placement, std::vector<DType> row_groups) {
+    auto run = [&](WeightPlacement placement, std::vector<DType> row_groups, bool block_sums = true) {
       Run r;
       const std::unique_ptr<Backend> backend =
-          make_cpu_backend(model, {.threads = 2, .weights = placement, .row_groups = row_groups, .report = &r.report});
+          make_cpu_backend(model, {.threads = 2, .weights = placement, .row_groups = row_groups,
+                                   .q8_0_block_sums = block_sums, .report = &r.report});
       backend->allocate_kv_cache(8, 16);
       auto keep = [&](const ForwardOutput& out) {
         r.logits.insert(r.logits.end(), out.logits.begin(), out.logits.end());
@@ -236,6 +238,7 @@ TEST_CASE("Q4_0, Q8_0 and Q4_K weights regrouped by 8 rows at load give the logi
     const Run grouped = run(WeightPlacement::Copy, every);
     const Run stored = run(WeightPlacement::Copy, {});
     const Run in_place = run(WeightPlacement::InPlace, every);
+    const Run no_sums = run(WeightPlacement::Copy, {}, false);
     // every linear weight of a type with row groups is regrouped (the embedding is read by rows and
     // kept as stored): in a q4_0 file the layers' 7 matrices (its output layer is Q6_K), in a q8_0
     // file those and the output layer, in a q4_k file the Q4_K ones (some v and down matrices and
@@ -255,5 +258,20 @@ TEST_CASE("Q4_0, Q8_0 and Q4_K weights regrouped by 8 rows at load give the logi
     CHECK(grouped.logits.size() == 13 * 4096);  // the last row of each sequence per step
     CHECK(std::memcmp(grouped.logits.data(), stored.logits.data(), grouped.logits.size() * sizeof(float)) == 0);
     CHECK(std::memcmp(in_place.logits.data(), stored.logits.data(), stored.logits.size() * sizeof(float)) == 0);
+    // Q8_0's block sums: 2 bytes per block of every linear Q8_0 matrix as stored (copied or in place), where
+    // the CPU has the kernel; the logits those give are the logits without them
+    const bool has_sums_kernel = cpu::kernels::table(cpu::kernels::best_isa()).dot_tokens_q8_0_sums != nullptr;
+    int64_t sums_bytes = 0, q8_0_ungroupable = 0;  // (the Q4_K_M mix holds Q8_0 matrices too, where a row is not a multiple of 256)
+    for (const auto& [name, t] : model.weights.all())
+      if (t.shape.size() == 2 && name != "model.embed_tokens.weight" && t.dtype == DType::Q8_0) {
+        sums_bytes += int64_t(t.nbytes) / 34 * 2;
+        if (t.shape[0] % cpu::kernels::kGroupRows != 0) q8_0_ungroupable += int64_t(t.nbytes) / 34 * 2;
+      }
+    if (type == "q8_0") CHECK(sums_bytes == regrouped / 34 * 2);
+    CHECK(stored.report.bytes_block_sums == (has_sums_kernel ? sums_bytes : 0));
+    CHECK(in_place.report.bytes_block_sums == (has_sums_kernel ? sums_bytes : 0));
+    CHECK(grouped.report.bytes_block_sums == (has_kernel ? q8_0_ungroupable : stored.report.bytes_block_sums));  // grouped: none
+    CHECK(no_sums.report.bytes_block_sums == 0);
+    CHECK(std::memcmp(no_sums.logits.data(), stored.logits.data(), stored.logits.size() * sizeof(float)) == 0);
   }
 }
