@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/threads.h"
+#include "cpu/huge_pages.h"
 
 #ifdef JOURNEY_HAVE_ONEDNN
 #include <omp.h>
@@ -86,11 +87,14 @@ class Matmul {
   }
 
   // journey's [N, K] weight as the primitive takes it: wrapped in place (AsStored), or copied into
-  // the layout the primitive chose (Prepacked; oneDNN allocates the copy).
-  dnnl::memory weight_memory(const void* weight) {
+  // the layout the primitive chose (Prepacked): into `packed_bytes` where given (packed_size() bytes),
+  // else oneDNN allocates the copy.
+  size_t packed_size() const { return descriptor_.weights_desc().get_size(); }
+  dnnl::memory weight_memory(const void* weight, void* packed_bytes = nullptr) {
     dnnl::memory stored(stored_weight_desc_, engine_, const_cast<void*>(weight));  // oneDNN only reads it
     if (descriptor_.weights_desc() == stored_weight_desc_) return stored;
-    dnnl::memory packed(descriptor_.weights_desc(), engine_);
+    dnnl::memory packed = packed_bytes ? dnnl::memory(descriptor_.weights_desc(), engine_, packed_bytes)
+                                       : dnnl::memory(descriptor_.weights_desc(), engine_);
     dnnl::reorder(stored, packed).execute(stream_, stored, packed);
     stream_.wait();
     return packed;
@@ -114,11 +118,12 @@ class Matmul {
 };
 
 // `count` values uniform in [-1, 1), stored as `type` (f32, or bf16 rounded to nearest even); for
-// U8 (the int8 form) random bytes, read as u8 (x) or s8 (the weight).
-std::vector<uint8_t> random_values(DType type, int64_t count, uint32_t seed) {
+// U8 (the int8 form) random bytes, read as u8 (x) or s8 (the weight). In huge pages from 2 MiB up,
+// as the engine's weights and activations are (see measure).
+HugePageVector<uint8_t> random_values(DType type, int64_t count, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<uint8_t> bytes(size_t(dtype_bytes_for(type, count)));
+  HugePageVector<uint8_t> bytes(size_t(dtype_bytes_for(type, count)));
   if (type == DType::U8) {
     for (uint8_t& b : bytes) b = uint8_t(rng());
     return bytes;
@@ -178,11 +183,17 @@ MatmulRate measure(int threads, int64_t M, int64_t K, int64_t N, DType type, dou
   try {
     OpenMpThreads scope(threads);
     Matmul product(M, K, N, type, layout);
-    const std::vector<uint8_t> x = random_values(type, M * K, 1);       // [M, K]
-    std::vector<uint8_t> stored = random_values(type, N * K, 2);        // [N, K]
-    std::vector<float> y(size_t(M * N));                                // [M, N]
-    const dnnl::memory weight = product.weight_memory(stored.data());  // [K, N] as the primitive takes it
-    if (layout == WeightLayout::Prepacked) std::vector<uint8_t>().swap(stored);  // as at load: only the packed copy stays
+    // Every buffer in huge pages, as the engine's are: with plain malloc the rate moved with where
+    // the heap put the 23 MB packed weight (2-core Xeon VM, [128, 2048] x [5632, 2048] bf16 on AMX
+    // tiles: 1.59-1.63 TFLOP/s from fresh mmap'd pages, 2.14-2.31 from reused heap, depending on
+    // what the process had freed before; docs/performance.md, "A steadier GEMM ceiling").
+    const HugePageVector<uint8_t> x = random_values(type, M * K, 1);  // [M, K]
+    HugePageVector<uint8_t> stored = random_values(type, N * K, 2);   // [N, K]
+    HugePageFloats y(size_t(M * N));                                  // [M, N]
+    HugePageVector<uint8_t> packed(layout == WeightLayout::Prepacked ? product.packed_size() : 0);
+    const dnnl::memory weight = product.weight_memory(stored.data(), packed.empty() ? nullptr : packed.data());  // [K, N]
+    if (weight.get_data_handle() != stored.data())  // (prepacked: the primitive took a copy)
+      HugePageVector<uint8_t>().swap(stored);  // as at load: only the packed copy stays
     product.run(y.data(), x.data(), weight);  // untimed: first touches of y, oneDNN's scratchpad
     using Clock = std::chrono::steady_clock;
     const double flops = 2.0 * double(M) * double(K) * double(N);
