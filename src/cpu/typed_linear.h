@@ -20,7 +20,7 @@
 //                 Q4_K read as stored, the others
 //                 unpacked)
 //
-// Q4_0 and Q4_K (and, when named, Q8_0) matrices copied at load are regrouped by 8 rows on
+// Q4_0 and, on AMD, Q4_K (and, when named, Q8_0) matrices copied at load are regrouped by 8 rows on
 // AVX512-VNNI CPUs (kernels.h, block_q4_0x8, block_q4_kx8, block_q8_0x8): 1-5 tokens take the
 // grouped fused dot (kernels::dot_row_groups), 6-16 the token lanes on the groups
 // (dot_tokens_grouped; Q4_K's rows are put back and unpacked),

@@ -250,7 +250,7 @@ TEST_CASE("JOURNEY_ROW_PREFETCH turns the decode row stream's prefetch on or off
 
 TEST_CASE("JOURNEY_ROW_GROUPS: rows regrouped by 8 at load (said in bench's kernels) give the same greedy text as the rows as stored; a bad value is an error") {
   // stories260K as Q4_0, Q8_0 and Q4_K (journey quantize): its matrices of 64 rows are regrouped
-  // where the type is chosen: Q4_0 and Q4_K by default ("on"), Q8_0 when named (the model's rows
+  // where the type is chosen: Q4_0 (and on AMD Q4_K) by default ("on"), Q8_0 when named (the model's rows
   // of 64 cannot be Q4_K: its q4_k file holds Q5_0 and Q8_0 matrices, regrouped only by the list)
   std::string prompt;
   for (const std::string type : {"q4_0", "q8_0", "q4_k"}) {
