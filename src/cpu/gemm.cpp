@@ -50,7 +50,7 @@ double peak_loop(int kind, int64_t iterations, float* sink);
 size_t amx_rows_scratch_bytes(int64_t in);
 void amx_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,
               const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
-              void* scratch);
+              void* scratch, bool row_groups);
 }  // namespace amx
 #endif
 #if defined(__aarch64__) && defined(__linux__)
@@ -294,14 +294,15 @@ size_t amx_rows_scratch_bytes(int64_t in) {
 
 void amx_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,
               const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
-              void* scratch) {
+              void* scratch, bool row_groups) {
   if (in % 32 != 0) fail("amx_rows: rows of ", in, " weights; AMX tiles take multiples of 32");
 #ifdef JOURNEY_KERNELS_X86
   if (has_amx())
-    return amx::amx_rows(type, y, x_packed, weight, row_bytes, bias, T, in, out, row_begin, row_end, scratch);
+    return amx::amx_rows(type, y, x_packed, weight, row_bytes, bias, T, in, out, row_begin, row_end, scratch,
+                         row_groups);
 #endif
   (void)type, (void)y, (void)x_packed, (void)weight, (void)row_bytes, (void)bias, (void)T, (void)out,
-      (void)row_begin, (void)row_end, (void)scratch;
+      (void)row_begin, (void)row_end, (void)scratch, (void)row_groups;
   fail("amx_rows: no AMX-BF16 here (check kernels::has_amx() first)");
 }
 

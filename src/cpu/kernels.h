@@ -346,9 +346,10 @@ size_t amx_rows_scratch_bytes(int64_t in);
 // bf16_panel_rows on AMX tiles: columns [row_begin, row_end) of y = x W^T (+ bias), x packed by
 // pack_token_pairs, W of `type` [out, in] row-major (`in` a multiple of 32): BF16 copied, block
 // types dequantized to bf16 (the value bf16_panel_rows multiplies), F16 split into bf16 + the remainder
-// (both multiplied: the weight exact), 32 rows at a time; f32 sums.
+// (both multiplied: the weight exact), 32 rows at a time; f32 sums. row_groups: as bf16_panel_rows
+// (each piece of a panel row taken from the groups as it is dequantized).
 void amx_rows(DType type, float* y, const uint16_t* x_packed, const void* weight, size_t row_bytes,
               const float* bias, int64_t T, int64_t in, int64_t out, int64_t row_begin, int64_t row_end,
-              void* scratch);
+              void* scratch, bool row_groups = false);
 
 }  // namespace journey::cpu::kernels

@@ -261,10 +261,11 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
   const bool fused_groups = target.weight.row_groups && T <= kSmallBatchTokens && !token_lanes_ && k.dot_row_groups;
   const bool lane_groups = target.weight.row_groups && !prefill && token_lanes_ && k.dot_tokens_grouped &&
                            kernels::has_grouped_token_dot(type, isa);  // (Q4_K's rows: put back first)
-  const bool panel_groups = target.weight.row_groups && prefill && path == PrefillPath::Bf16Dot;
+  const bool panel_groups =
+      target.weight.row_groups && prefill && (path == PrefillPath::Bf16Dot || path == PrefillPath::AmxTiles);
   if (target.weight.row_groups && !fused_groups && !lane_groups && !panel_groups) {
-    // prefill on AMX tiles (and Q4_K's token lanes): the rows back as stored, a chunk at a time,
-    // through the usual kernels
+    // Q4_K's token lanes (and a prefill of a CPU without the bf16 paths): the rows back as stored, a
+    // chunk at a time, through the usual kernels
     Scratch& s = scratch();
     ensure(s.stored, size_t(kStoredChunkRows) * row_bytes);
     for (int64_t r0 = begin; r0 < end; r0 += kStoredChunkRows) {
@@ -288,7 +289,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     Scratch& s = scratch();
     ensure(s.amx, kernels::amx_rows_scratch_bytes(in));
     kernels::amx_rows(type, target.y, b_->token_pairs.data(), weight, row_bytes, target.bias, T, in, out, begin, end,
-                      s.amx.data());
+                      s.amx.data(), target.weight.row_groups);  // (grouped: read from the groups)
     return;
   }
   if (path == PrefillPath::Bf16Dot) {

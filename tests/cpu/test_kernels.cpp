@@ -285,6 +285,19 @@ TEST_CASE("kernels: Q4_0, Q8_0 and Q4_K rows in groups of 8 hold the stored byte
       cpu::kernels::bf16_panel_rows(type, from_rows.data(), packed.data(), stored.data(), row_bytes, nullptr, T, n,
                                     kRows, 3, kRows, scratch.data());
       CHECK(std::memcmp(from_groups.data(), from_rows.data(), from_rows.size() * sizeof(float)) == 0);
+      // and on AMX tiles, each piece of a panel row taken from its group (rows 3 .. kRows: the panels
+      // start inside a group)
+      if (cpu::kernels::has_amx()) {
+        std::vector<unsigned char> tiles_scratch(cpu::kernels::amx_rows_scratch_bytes(n));
+        std::fill(from_groups.begin(), from_groups.end(), NAN);
+        std::fill(from_rows.begin(), from_rows.end(), NAN);
+        cpu::kernels::amx_rows(type, from_groups.data(), packed.data(), grouped.data(), row_bytes, nullptr, T, n, kRows,
+                               3, kRows, tiles_scratch.data(), true);
+        cpu::kernels::amx_rows(type, from_rows.data(), packed.data(), stored.data(), row_bytes, nullptr, T, n, kRows, 3,
+                               kRows, tiles_scratch.data());
+        CHECK(std::memcmp(from_groups.data(), from_rows.data(), from_rows.size() * sizeof(float)) == 0);
+        CHECK(from_rows[size_t(T * kRows - 1)] == from_rows[size_t(T * kRows - 1)]);  // written: not NaN
+      }
     }
   }
 }
