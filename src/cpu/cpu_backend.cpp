@@ -207,16 +207,15 @@ class WeightLoader {
       m.view.data = data;
       mapped_.push_back({data, bytes});
       report_.bytes_in_place += int64_t(bytes);
-      if (use == Use::Linear) with_block_sums(m, n, t.shape.back());
-      return m;
+    } else {
+      std::byte* slot = arena_slot(t, bytes);
+      m.view.row_groups = grouped(t, n, use);
+      // copied (or regrouped) by bring_into_memory, with the progress line
+      copies_.push_back({data, slot, bytes, t.file_mapped, m.view.row_groups, t.dtype, row_bytes, t.shape.back()});
+      m.view.data = slot;
+      report_.bytes_copied += int64_t(bytes);
+      if (m.view.row_groups) report_.bytes_grouped += int64_t(bytes);
     }
-    std::byte* slot = arena_slot(t, bytes);
-    m.view.row_groups = grouped(t, n, use);
-    // copied (or regrouped) by bring_into_memory, with the progress line
-    copies_.push_back({data, slot, bytes, t.file_mapped, m.view.row_groups, t.dtype, row_bytes, t.shape.back()});
-    m.view.data = slot;
-    report_.bytes_copied += int64_t(bytes);
-    if (m.view.row_groups) report_.bytes_grouped += int64_t(bytes);
     if (use == Use::Linear) with_block_sums(m, n, t.shape.back());
     return m;
   }
@@ -229,7 +228,7 @@ class WeightLoader {
     if (m.view.type != DType::Q8_0 || m.view.row_groups || !options_.q8_0_block_sums ||
         !cpu::kernels::table(cpu::kernels::best_isa()).dot_tokens_q8_0_sums)
       return;
-    const int64_t count = rows * (in / 32);
+    const int64_t count = rows * (in / dtype_block_size(DType::Q8_0));
     m.block_sums = std::make_unique<int16_t[]>(size_t(count));
     m.view.block_sums = m.block_sums.get();
     block_sums_.push_back({m.view.data, rows, in, m.block_sums.get()});

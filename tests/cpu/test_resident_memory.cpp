@@ -243,11 +243,17 @@ TEST_CASE("Q4_0, Q8_0 and Q4_K weights regrouped by 8 rows at load give the logi
     // kept as stored): in a q4_0 file the layers' 7 matrices (its output layer is Q6_K), in a q8_0
     // file those and the output layer, in a q4_k file the Q4_K ones (some v and down matrices and
     // the output layer are of other types there, by the mix rules)
-    int64_t regrouped = 0, output_regrouped = 0;
+    // Q8_0's block sums: 2 bytes per block of every linear Q8_0 matrix as stored (the Q4_K_M mix holds
+    // Q8_0 matrices too, where a row is not a multiple of 256); those of fewer than 8 rows stay ungrouped
+    int64_t regrouped = 0, output_regrouped = 0, sums_bytes = 0, q8_0_ungroupable = 0;
     for (const auto& [name, t] : model.weights.all())
       if (t.shape.size() == 2 && name != "model.embed_tokens.weight" && cpu::kernels::has_row_groups(t.dtype)) {
         regrouped += int64_t(t.nbytes);
         if (name == "lm_head.weight") output_regrouped = int64_t(t.nbytes);
+        if (t.dtype != DType::Q8_0) continue;
+        const int64_t sums = int64_t(t.nbytes) / dtype_block_bytes(DType::Q8_0) * int64_t(sizeof(int16_t));
+        sums_bytes += sums;
+        if (t.shape[0] % cpu::kernels::kGroupRows != 0) q8_0_ungroupable += sums;
       }
     CHECK(regrouped >= 4 * dtype_bytes_for(DType::Q4_0, 2 * 512 * 512));  // q and o at least, in each layer
     CHECK((output_regrouped > 0) == (type == "q8_0"));
@@ -258,16 +264,10 @@ TEST_CASE("Q4_0, Q8_0 and Q4_K weights regrouped by 8 rows at load give the logi
     CHECK(grouped.logits.size() == 13 * 4096);  // the last row of each sequence per step
     CHECK(std::memcmp(grouped.logits.data(), stored.logits.data(), grouped.logits.size() * sizeof(float)) == 0);
     CHECK(std::memcmp(in_place.logits.data(), stored.logits.data(), stored.logits.size() * sizeof(float)) == 0);
-    // Q8_0's block sums: 2 bytes per block of every linear Q8_0 matrix as stored (copied or in place), where
-    // the CPU has the kernel; the logits those give are the logits without them
+    // the block sums, made where the CPU has the kernel (copied or in place, not grouped); the logits
+    // those give are the logits without them
     const bool has_sums_kernel = cpu::kernels::table(cpu::kernels::best_isa()).dot_tokens_q8_0_sums != nullptr;
-    int64_t sums_bytes = 0, q8_0_ungroupable = 0;  // (the Q4_K_M mix holds Q8_0 matrices too, where a row is not a multiple of 256)
-    for (const auto& [name, t] : model.weights.all())
-      if (t.shape.size() == 2 && name != "model.embed_tokens.weight" && t.dtype == DType::Q8_0) {
-        sums_bytes += int64_t(t.nbytes) / 34 * 2;
-        if (t.shape[0] % cpu::kernels::kGroupRows != 0) q8_0_ungroupable += int64_t(t.nbytes) / 34 * 2;
-      }
-    if (type == "q8_0") CHECK(sums_bytes == regrouped / 34 * 2);
+    if (type == "q8_0") CHECK(sums_bytes == regrouped / dtype_block_bytes(DType::Q8_0) * int64_t(sizeof(int16_t)));
     CHECK(stored.report.bytes_block_sums == (has_sums_kernel ? sums_bytes : 0));
     CHECK(in_place.report.bytes_block_sums == (has_sums_kernel ? sums_bytes : 0));
     CHECK(grouped.report.bytes_block_sums == (has_kernel ? q8_0_ungroupable : stored.report.bytes_block_sums));  // grouped: none
