@@ -213,13 +213,19 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
   int64_t probe_part = 0;
   double decode_seconds = 0;
   cpu::DecodeProductSplit products;
+  cpu::PrefillProductTimes prefill_products;
+  double prefill_seconds_total = 0;
   for (int run = 0; run < options.runs; ++run) {
     ForwardBatch batch;
     batch.sequences.push_back({0, prompt, 0, table, false});
+    cpu::start_timing_prefill_products();
     auto t0 = Clock::now();
     double cpu0 = process_cpu_seconds();
     ForwardOutput out = backend.forward(batch);
-    prefill_rates.push_back(T / seconds_since(t0));
+    const double prefill_seconds = seconds_since(t0);
+    prefill_products += cpu::stop_timing_prefill_products();
+    prefill_seconds_total += prefill_seconds;
+    prefill_rates.push_back(T / prefill_seconds);
     prefill_cpu_rates.push_back(T / (process_cpu_seconds() - cpu0) * r.threads);
 
     const float* last = out.last_row(0);
@@ -262,6 +268,11 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
       r.decode_static_split_gb_s = products.static_split.weight_bytes / products.static_split.seconds / 1e9;
       r.decode_stealing_gb_s = products.stealing.weight_bytes / products.stealing.seconds / 1e9;
     }
+  }
+  if (prefill_products.seconds > 0 && prefill_seconds_total > 0) {
+    r.prefill_product_share = prefill_products.seconds / prefill_seconds_total;
+    r.prefill_product_gflop_s = prefill_products.flops / prefill_products.seconds / 1e9;
+    r.prefill_threads_busy = prefill_products.thread_seconds / prefill_products.thread_capacity;
   }
   r.prefill_tok_s = spread(prefill_rates);
   r.decode_tok_s = spread(decode_rates);
@@ -407,6 +418,14 @@ std::string format_bench_table(const BenchResult& r) {
                 100.0 * r.decode_step_fraction.median, 100.0 * r.decode_step_fraction_q1,
                 100.0 * r.decode_step_fraction_q3, size_t(r.runs) * size_t(r.gen_tokens));
   out << line;
+  if (r.prefill_product_share > 0) {
+    std::snprintf(line, sizeof line,
+                  "prefill  products %.1f%% of prefill time, at %.1f GFLOP/s inside them (%.1f%% of the GEMM "
+                  "ceiling); the threads busy %.1f%% of the products' time\n",
+                  100.0 * r.prefill_product_share, r.prefill_product_gflop_s,
+                  100.0 * r.prefill_product_gflop_s / r.prefill_gemm_gflop_s(), 100.0 * r.prefill_threads_busy);
+    out << line;
+  }
   if (r.decode_product_share > 0) {
     std::snprintf(line, sizeof line,
                   "decode   products %.1f%% of decode time; the weights streamed at %.1f GB/s inside them (%.1f%% of "
@@ -476,6 +495,9 @@ nlohmann::json bench_json(const BenchResult& r) {
           {"resident_after_load_bytes", r.resident_after_load},
           {"resident_engine_peak_bytes", r.resident_engine_peak},
           {"resident_peak_bytes", r.resident_peak},
+          {"prefill_product_share", r.prefill_product_share},
+          {"prefill_product_gflop_s", r.prefill_product_gflop_s},
+          {"prefill_threads_busy", r.prefill_threads_busy},
           {"decode_product_share", r.decode_product_share},
           {"decode_product_gb_s", r.decode_product_gb_s},
           {"decode_static_split_gb_s", r.decode_static_split_gb_s},

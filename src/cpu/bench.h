@@ -108,6 +108,11 @@ struct BenchResult {
   // decode's distance from the bandwidth ceiling into the products' own and everything else's. The
   // rates per way of sharing rows are set when both were timed (JOURNEY_DECODE_STEAL=alternate).
   double decode_product_share = 0, decode_product_gb_s = 0;
+  // --device cpu: the prefill products timed apart (cpu::PrefillProductTimes), over every run: their
+  // share of the prefill time, the rate they multiply at (2 T in out FLOPs each; the activations'
+  // rounding or quantization included) and the share of their time x threads that the threads
+  // were busy in their own rows (the rest: one waiting for the other at the end of a product).
+  double prefill_product_share = 0, prefill_product_gflop_s = 0, prefill_threads_busy = 0;
   double decode_static_split_gb_s = 0, decode_stealing_gb_s = 0;
   double load_average = -1;           // 1-minute load average when the run started
   // Whether this machine's ceilings were measured (BenchOptions::measure_ceilings): not for a GPU,

@@ -187,6 +187,10 @@ struct ProductTimer {
   std::atomic<bool> on{false};
   std::atomic<double> seconds[2], bytes[2];
   std::atomic<int64_t> count[2];
+  // prefill (ops.h, PrefillProductTimes)
+  std::atomic<bool> prefill_on{false};
+  std::atomic<double> prefill_seconds{0}, prefill_flops{0}, prefill_thread_seconds{0}, prefill_capacity{0};
+  std::atomic<int64_t> prefill_count{0};
 };
 ProductTimer& product_timer() {
   static ProductTimer timer;
@@ -271,8 +275,11 @@ class StealingShares {
 
 // linear_shared_input with the rows of a one-token product shared by stealing or not; whether
 // they were (asked for, and possible for these products).
+// busy_seconds (prefill timing): each thread's own time in its rows added to it; threads_used: the
+// threads the region ran on.
 bool linear_shared_input_on(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets,
-                            int threads, bool stealing) {
+                            int threads, bool stealing, std::atomic<double>* busy_seconds = nullptr,
+                            int* threads_used = nullptr) {
   // x in the forms the targets' weight types multiply (quantized to 8 bits, rounded to bf16)
   const PreparedInput input(x, T, in, targets, threads);
   int64_t team = 1;  // threads that get work: one per block of the most finely split product
@@ -285,8 +292,11 @@ bool linear_shared_input_on(const float* x, int64_t T, int64_t in, std::span<con
       if (b < split.count) input.run_block(target, b * split.rows, std::min(target.out, (b + 1) * split.rows));
     }
   };
+  if (threads_used) *threads_used = 1;
   if (team == 1) {
+    const auto t0 = std::chrono::steady_clock::now();
     thread_work(0);  // no parallel region: Eigen then follows Eigen::setNbThreads (CpuBackend sets 1)
+    if (busy_seconds) *busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return false;
   }
 #ifdef _OPENMP
@@ -309,12 +319,19 @@ bool linear_shared_input_on(const float* x, int64_t T, int64_t in, std::span<con
   }
 #pragma omp parallel num_threads(int(team))
   {
+    const auto t0 = std::chrono::steady_clock::now();
     // OpenMP may hand out fewer threads than asked (OMP_DYNAMIC, OMP_THREAD_LIMIT, a nested
     // region): then a thread takes several blocks, so every block is still computed once.
     for (int64_t b = omp_get_thread_num(); b < team; b += omp_get_num_threads()) thread_work(b);
+    if (busy_seconds) {
+      *busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (omp_get_thread_num() == 0) *threads_used = omp_get_num_threads();
+    }
   }
 #else
+  const auto t0 = std::chrono::steady_clock::now();
   for (int64_t b = 0; b < team; ++b) thread_work(b);
+  if (busy_seconds) *busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 #endif
   return false;
 }
@@ -334,12 +351,45 @@ DecodeProductSplit stop_timing_decode_products() {
   return {sums(0), sums(1)};
 }
 
+void start_timing_prefill_products() {
+  ProductTimer& timer = product_timer();
+  timer.prefill_seconds = 0, timer.prefill_flops = 0, timer.prefill_thread_seconds = 0, timer.prefill_capacity = 0;
+  timer.prefill_count = 0;
+  timer.prefill_on = true;
+}
+
+PrefillProductTimes stop_timing_prefill_products() {
+  ProductTimer& timer = product_timer();
+  timer.prefill_on = false;
+  return {timer.prefill_seconds.load(), timer.prefill_flops.load(), timer.prefill_thread_seconds.load(),
+          timer.prefill_capacity.load(), timer.prefill_count.load()};
+}
+
 void linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets, int threads) {
-  if (T != 1) {  // batched decode steals too (rows_are_independent); prefill keeps the static split
-    linear_shared_input_on(x, T, in, targets, threads, T <= kSmallBatchTokens && decode_stealing());
+  ProductTimer& timer = product_timer();
+  if (T > kSmallBatchTokens) {  // prefill keeps the static split
+    if (!timer.prefill_on.load(std::memory_order_relaxed)) {
+      linear_shared_input_on(x, T, in, targets, threads, false);
+      return;
+    }
+    std::atomic<double> busy{0};
+    int threads_used = 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    linear_shared_input_on(x, T, in, targets, threads, false, &busy, &threads_used);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double flops = 0;
+    for (const LinearTarget& target : targets) flops += 2.0 * double(T) * double(in) * double(target.out);
+    timer.prefill_seconds += seconds;
+    timer.prefill_flops += flops;
+    timer.prefill_thread_seconds += busy.load();
+    timer.prefill_capacity += seconds * threads_used;
+    timer.prefill_count += 1;
     return;
   }
-  ProductTimer& timer = product_timer();
+  if (T != 1) {  // batched decode steals too (rows_are_independent)
+    linear_shared_input_on(x, T, in, targets, threads, decode_stealing());
+    return;
+  }
   const bool stealing = decode_stealing();
   if (!timer.on.load(std::memory_order_relaxed)) {
     linear_shared_input_on(x, T, in, targets, threads, stealing);

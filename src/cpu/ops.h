@@ -103,6 +103,25 @@ struct DecodeProductSplit {
 void start_timing_decode_products();              // sums reset, timing on
 DecodeProductSplit stop_timing_decode_products();  // timing off: the sums since the start
 
+// The prefill products (more than kSmallBatchTokens tokens) timed apart, for journey bench: their
+// share of a prefill, the rate they multiply at against the GEMM ceiling, and how much of their
+// time both threads were busy (each thread's own time in its rows, summed, over the products' time
+// x threads): what is left of prefill's distance from its ceiling is the other ops' and the
+// threads' waiting for each other. Off unless started (a clock read per product and thread).
+struct PrefillProductTimes {
+  double seconds = 0, flops = 0;  // summed over the products timed: wall time, 2 x T x in x out
+  double thread_seconds = 0;      // the threads' own time in their rows, summed over threads
+  double thread_capacity = 0;     // each product's time x the threads it ran on, summed
+  int64_t products = 0;
+  PrefillProductTimes& operator+=(const PrefillProductTimes& more) {
+    seconds += more.seconds, flops += more.flops, thread_seconds += more.thread_seconds;
+    thread_capacity += more.thread_capacity, products += more.products;
+    return *this;
+  }
+};
+void start_timing_prefill_products();               // sums reset, timing on
+PrefillProductTimes stop_timing_prefill_products();  // timing off: the sums since the start
+
 // In place over each row: x = softmax(x). Rows of all -inf are not allowed (the causal mask always
 // leaves at least the token itself).
 void softmax(float* x,  // [R, N]

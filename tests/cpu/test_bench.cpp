@@ -41,7 +41,8 @@ TEST_CASE("bench: bytes per decoded token = every weight except the (untied) emb
 TEST_CASE("bench: with the ceilings measured, every run's decode has its own bandwidth probe") {
   // A small probe buffer (the real one is 2 GiB): only the bookkeeping is checked, not the speed.
   auto backend = make_cpu_backend(testmodel::random_model("llama"), {.threads = 2});
-  BenchResult r = run_bench(*backend, {.prompt_tokens = 4, .gen_tokens = 3, .threads = 2, .runs = 3,
+  // 24 prompt tokens: more than kSmallBatchTokens (16), so the prefill's products take the prefill path
+  BenchResult r = run_bench(*backend, {.prompt_tokens = 24, .gen_tokens = 3, .threads = 2, .runs = 3,
                                        .measure_ceilings = true, .probe_bytes = size_t(8) << 20});
   CHECK(r.bandwidth_runs_gb_s.min > 0);
   CHECK(r.bandwidth_runs_gb_s.min <= r.bandwidth_runs_gb_s.median);
@@ -66,6 +67,14 @@ TEST_CASE("bench: with the ceilings measured, every run's decode has its own ban
   CHECK(r.decode_product_gb_s > 0);
   CHECK(json["decode_product_gb_s"].get<double>() == doctest::Approx(r.decode_product_gb_s));
   CHECK(table.find("inside them") != std::string::npos);
+  // the prefill products timed apart: a share of the prefill time, a rate, the threads' busy share
+  CHECK(r.prefill_product_share > 0);
+  CHECK(r.prefill_product_share <= 1);
+  CHECK(r.prefill_product_gflop_s > 0);
+  CHECK(r.prefill_threads_busy > 0);
+  CHECK(r.prefill_threads_busy <= 1 + 1e-9);
+  CHECK(json["prefill_threads_busy"].get<double>() == doctest::Approx(r.prefill_threads_busy));
+  CHECK(table.find("the threads busy") != std::string::npos);
   // and every decode step its own probe part right after it: 3 runs x 3 steps of pairs, ordered
   const Spread& steps = r.decode_step_fraction;
   CHECK(steps.min > 0);
