@@ -143,7 +143,8 @@ struct KernelTable {
   // all of them, so a group's scale and zero point cost one vector operation for the whole batch.
   // AVX512-VNNI (vpdpbusd, 16 lanes) and AVX2 (vpmaddubsw + vpmaddwd, two registers of 8 lanes;
   // a second register without tokens is skipped); nullptr in the generic table.
-  void (*dot_tokens)(const uint8_t* q, const float* s, const float* o, int rows, int zero, bool has_offset,
+  // `type`: the type the rows were unpacked from (its zero point, offsets and largest quant).
+  void (*dot_tokens)(DType type, const uint8_t* q, const float* s, const float* o, int rows,
                      const TokenLaneActivations& x, int64_t n, float* out);
   // dot_tokens straight from up to kStoredTokenRows stored rows of a type has_stored_token_dot()
   // lists for this Isa (consecutive, `row_bytes` apart from `rows`): no unpack_row, no scratch.

@@ -182,6 +182,15 @@ bool decode_stealing() {
   }
 }
 
+// JOURNEY_PREFILL_STEAL=off: prefill keeps the static split (ops.h), to measure the difference.
+bool prefill_stealing() {
+  static const bool on = [] {
+    const char* v = std::getenv("JOURNEY_PREFILL_STEAL");
+    return !(v && std::strcmp(v, "off") == 0);
+  }();
+  return on;
+}
+
 // The decode product timer (ops.h): its sums, added by the calling thread of each product.
 struct ProductTimer {
   std::atomic<bool> on{false};
@@ -206,12 +215,18 @@ constexpr int64_t kMaxStealingTeam = 64;
 // the memory serves the threads' streams unevenly: on the 2-core AMD Zen 4 VM the two threads of a
 // 1.1B Q4_0 decode spent 14.7 % of their samples waiting in libgomp, 5.0 % with stealing (perf),
 // and the products ran 0-3 % faster (JOURNEY_DECODE_STEAL=alternate; docs/performance.md).
+//
+// Prefill shares its rows the same way, in chunks of kPrefillChunkRows: a multiple of every
+// prefill kernel's panel (f32 panels 24 or 48 rows, bf16 panels 48, AMX 32, token lanes 4), so a
+// chunk's panels are the static block's panels and each row's value is the one the static split
+// gives it, whichever thread computes it. (Prefill's threads were busy 87-92 % of the products'
+// time with the static split: journey bench's "prefill products" line, docs/performance.md.)
 class StealingShares {
  public:
-  static constexpr int64_t kChunkRows = 16;
+  static constexpr int64_t kDecodeChunkRows = 16, kPrefillChunkRows = 96;
 
-  StealingShares(std::span<const LinearTarget> targets, int threads, int64_t team)
-      : targets_(targets), threads_(threads), team_(team) {
+  StealingShares(std::span<const LinearTarget> targets, int threads, int64_t team, int64_t chunk_rows)
+      : targets_(targets), threads_(threads), team_(team), chunk_rows_(chunk_rows) {
     for (int64_t b = 0; b < team; ++b) {
       int64_t chunks = 0;
       for (const LinearTarget& target : targets) chunks += chunks_of(target, b);
@@ -238,7 +253,7 @@ class StealingShares {
     const RowSplit split = split_rows(target.out, threads_);
     if (b >= split.count) return 0;
     const int64_t rows = std::min(target.out, (b + 1) * split.rows) - b * split.rows;
-    return (std::max<int64_t>(rows, 0) + kChunkRows - 1) / kChunkRows;
+    return (std::max<int64_t>(rows, 0) + chunk_rows_ - 1) / chunk_rows_;
   }
 
   // The owner takes from the front (its stream goes on), a thief from the back; -1 when none is left.
@@ -260,8 +275,8 @@ class StealingShares {
       if (chunk < chunks) {
         const RowSplit split = split_rows(target.out, threads_);
         const int64_t block_end = std::min(target.out, (owner + 1) * split.rows);
-        const int64_t begin = owner * split.rows + chunk * kChunkRows;
-        return fn(target, begin, std::min(block_end, begin + kChunkRows));
+        const int64_t begin = owner * split.rows + chunk * chunk_rows_;
+        return fn(target, begin, std::min(block_end, begin + chunk_rows_));
       }
       chunk -= chunks;
     }
@@ -269,7 +284,7 @@ class StealingShares {
 
   std::span<const LinearTarget> targets_;
   int threads_;
-  int64_t team_;
+  int64_t team_, chunk_rows_;
   Cursor cursor_[kMaxStealingTeam];
 };
 
@@ -300,12 +315,16 @@ bool linear_shared_input_on(const float* x, int64_t T, int64_t in, std::span<con
     return false;
   }
 #ifdef _OPENMP
-  // Decode: the rows handed out by work stealing where that cannot change a result (rows_are_independent)
-  if (stealing && rows_are_independent(T, targets) && team <= kMaxStealingTeam) {
-    StealingShares shares(targets, threads, team);
+  // Decode: the rows handed out by work stealing where that cannot change a result
+  // (rows_are_independent); prefill: in chunks of whole panels, each row as the static split's
+  const bool prefill = T > kSmallBatchTokens;
+  if (stealing && (prefill || rows_are_independent(T, targets)) && team <= kMaxStealingTeam) {
+    StealingShares shares(targets, threads, team,
+                          prefill ? StealingShares::kPrefillChunkRows : StealingShares::kDecodeChunkRows);
     std::atomic<bool> stole{true};
 #pragma omp parallel num_threads(int(team))
     {
+      const auto t0 = std::chrono::steady_clock::now();
       if (omp_get_num_threads() == team) {
         shares.run(omp_get_thread_num(), [&](const LinearTarget& target, int64_t begin, int64_t end) {
           input.run_block(target, begin, end);
@@ -313,6 +332,10 @@ bool linear_shared_input_on(const float* x, int64_t T, int64_t in, std::span<con
       } else {  // fewer threads than asked: the static blocks, each computed once
         stole.store(false, std::memory_order_relaxed);
         for (int64_t b = omp_get_thread_num(); b < team; b += omp_get_num_threads()) thread_work(b);
+      }
+      if (busy_seconds) {
+        *busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (omp_get_thread_num() == 0) *threads_used = omp_get_num_threads();
       }
     }
     return stole.load(std::memory_order_relaxed);
@@ -367,15 +390,15 @@ PrefillProductTimes stop_timing_prefill_products() {
 
 void linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const LinearTarget> targets, int threads) {
   ProductTimer& timer = product_timer();
-  if (T > kSmallBatchTokens) {  // prefill keeps the static split
+  if (T > kSmallBatchTokens) {  // prefill: chunks of whole panels shared by stealing (StealingShares)
     if (!timer.prefill_on.load(std::memory_order_relaxed)) {
-      linear_shared_input_on(x, T, in, targets, threads, false);
+      linear_shared_input_on(x, T, in, targets, threads, prefill_stealing());
       return;
     }
     std::atomic<double> busy{0};
     int threads_used = 1;
     const auto t0 = std::chrono::steady_clock::now();
-    linear_shared_input_on(x, T, in, targets, threads, false, &busy, &threads_used);
+    linear_shared_input_on(x, T, in, targets, threads, prefill_stealing(), &busy, &threads_used);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double flops = 0;
     for (const LinearTarget& target : targets) flops += 2.0 * double(T) * double(in) * double(target.out);

@@ -108,6 +108,8 @@ DecodeProductSplit stop_timing_decode_products();  // timing off: the sums since
 // time both threads were busy (each thread's own time in its rows, summed, over the products' time
 // x threads): what is left of prefill's distance from its ceiling is the other ops' and the
 // threads' waiting for each other. Off unless started (a clock read per product and thread).
+// Prefill products share their rows by work stealing too, in chunks of whole panels that give each
+// row the value the static split gives it (StealingShares in ops.cpp), unless JOURNEY_PREFILL_STEAL=off.
 struct PrefillProductTimes {
   double seconds = 0, flops = 0;  // summed over the products timed: wall time, 2 x T x in x out
   double thread_seconds = 0;      // the threads' own time in their rows, summed over threads

@@ -402,7 +402,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     // Q8_0, Q4_0 and Q4_K straight from the stored rows where the CPU has that kernel; the other types,
     // and every type in prefill, unpack a tile of rows first (prefill multiplies each unpacked tile
     // with every chunk of 16 tokens)
-    const bool stored = !prefill && k.dot_tokens_stored && kernels::has_stored_token_dot(type, isa);
+    const bool stored = k.dot_tokens_stored && kernels::has_stored_token_dot(type, isa);
     // Q8_0 with its block sums: the same bits, a third fewer instructions (kernels.h)
     const bool with_sums = stored && type == DType::Q8_0 && target.weight.block_sums && k.dot_tokens_q8_0_sums;
     const int64_t sums_per_row = in / dtype_block_size(DType::Q8_0);  // (block_sums: [out, in / 32])
@@ -437,7 +437,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
         else if (stored)
           k.dot_tokens_stored(type, weight + r0 * row_bytes, row_bytes, rows, lanes, in, tile_out);
         else
-          k.dot_tokens(s.q.data(), s.s.data(), s.o.data(), rows, zero, has_offset, lanes, in, tile_out);
+          k.dot_tokens(type, s.q.data(), s.s.data(), s.o.data(), rows, lanes, in, tile_out);
         for (int r = 0; r < rows; ++r) {
           const float bias = target.bias ? target.bias[r0 + r] : 0.0f;
           for (int64_t t = 0; t < lanes.tokens; ++t) target.y[(c * L + t) * out + r0 + r] = bias + tile_out[r * L + t];

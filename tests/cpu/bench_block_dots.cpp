@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
     if (k.dot_tokens) {
       float out[R * cpu::kernels::kLaneTokens];
       tiled = time_call([&] {
-        k.dot_tokens(q.data(), s.data(), o.data(), R, zero, has_offset, qx.token_lanes(), in, out);
+        k.dot_tokens(type, q.data(), s.data(), o.data(), R, qx.token_lanes(), in, out);
         sink += out[0];
       }, repeat / int(tokens) + 1) / double(R * tokens);
     }

@@ -10,10 +10,16 @@
 //   onednn f32 (packed) the same two in f32
 //   eigen f32           Eigen's GEMM of the same shape, what `journey bench` takes as the f32 prefill
 //                       ceiling (measure_gemm_gflops, cpu/bench.h)
-//   journey bf16 / q8_0 journey's own prefill product, cpu::linear as the engine calls it (x rounded
-//                       to bf16 and packed, the weight as stored: bf16, or Q8_0 blocks dequantized
-//                       to bf16 panels on the way), on AMX tiles where the CPU has them (kernels
-//                       line of `journey bench`), else AVX512-BF16
+//   onednn int8 packed  u8 x s8 with int32 sums, the weight packed once: the ceiling `journey bench`
+//                       holds the int8 token lanes against (AVX2 and AVX512-VNNI without the bf16
+//                       paths)
+//   journey bf16 .. q4_k journey's own prefill product, cpu::linear as the engine calls it (x rounded
+//                       to bf16 and packed, the weight as stored: bf16, or blocks dequantized to bf16
+//                       panels on the way), on AMX tiles where the CPU has them (kernels line of
+//                       `journey bench`), else AVX512-BF16; without either (AVX2) bf16 on f32
+//                       panels and the block types on the int8 token lanes (x quantized to 8 bits)
+//
+// A oneDNN type this CPU has no matmul for (bf16 below AVX-512 in oneDNN 2.6) reads "-".
 //   kernels             the kernel oneDNN picked, e.g. "brg:avx512_core_amx_bf16" (its brgemm on
 //                       AMX tiles); "packed:" where the packed weight made it pick another
 //
@@ -107,31 +113,46 @@ int main(int argc, char** argv) {
               load_average_line().c_str());
   if (!cpu::onednn::available()) std::printf("(journey was built without oneDNN: its columns read 0, \"not built\")\n");
   std::printf("journey's kernels: %s\n", cpu::kernels::kernel_choice().c_str());
-  std::printf("%-14s %-12s %7s %11s %11s %11s %11s %10s %12s %12s  %s\n", "weight", "[K, N]", "threads", "onednn bf16",
-              "bf16 packed", "onednn f32", "f32 packed", "eigen f32", "journey bf16", "journey q8_0", "kernels");
+  std::printf("%-14s %-12s %7s %11s %11s %11s %11s %11s %10s %9s %9s %9s %9s  %s\n", "weight", "[K, N]", "threads",
+              "onednn bf16", "bf16 packed", "onednn f32", "f32 packed", "int8 packed", "eigen f32", "j bf16", "j q8_0",
+              "j q4_0", "j q4_k", "kernels");
   using cpu::onednn::WeightLayout;
   for (int threads : {1, 2}) {
     for (const Shape& shape : kShapes) {
       auto onednn = [&](DType type, WeightLayout layout) {
+        if (!cpu::onednn::supports(type)) return cpu::onednn::MatmulRate{0, "-"};
         return cpu::onednn::measure(threads, tokens, shape.K, shape.N, type, seconds, layout);
       };
       const cpu::onednn::MatmulRate bf16 = onednn(DType::BF16, WeightLayout::AsStored);
       const cpu::onednn::MatmulRate bf16_packed = onednn(DType::BF16, WeightLayout::Prepacked);
       const cpu::onednn::MatmulRate f32 = onednn(DType::F32, WeightLayout::AsStored);
       const cpu::onednn::MatmulRate f32_packed = onednn(DType::F32, WeightLayout::Prepacked);
+      const cpu::onednn::MatmulRate int8_packed = onednn(DType::U8, WeightLayout::Prepacked);
       const double eigen = measure_gemm_gflops(threads, tokens, shape.K, shape.N);
-      const double journey_bf16 = journey_linear_gflops(threads, tokens, shape.K, shape.N, DType::BF16, seconds);
-      const double journey_q8_0 = journey_linear_gflops(threads, tokens, shape.K, shape.N, DType::Q8_0, seconds);
+      double journey[4];
+      const DType journey_types[4] = {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K};
+      for (int i = 0; i < 4; ++i) {
+        // the K types need rows of whole super-blocks
+        const bool fits = shape.K % dtype_block_size(journey_types[i]) == 0;
+        journey[i] = fits ? journey_linear_gflops(threads, tokens, shape.K, shape.N, journey_types[i], seconds) : 0;
+      }
       auto kernels = [](const cpu::onednn::MatmulRate& stored, const cpu::onednn::MatmulRate& packed) {
         return stored.implementation == packed.implementation ? stored.implementation
                                                               : stored.implementation + ", packed: " + packed.implementation;
       };
+      auto rate = [](const cpu::onednn::MatmulRate& r) {
+        char text[16];
+        if (r.implementation == "-") return std::string("-");
+        std::snprintf(text, sizeof text, "%.1f", r.gflop_s);
+        return std::string(text);
+      };
       char dims[32];
       std::snprintf(dims, sizeof dims, "[%lld, %lld]", (long long)shape.K, (long long)shape.N);
-      std::printf("%-14s %-12s %7d %11.1f %11.1f %11.1f %11.1f %10.1f %12.1f %12.1f  bf16 %s; f32 %s\n", shape.name, dims,
-                  threads, bf16.gflop_s, bf16_packed.gflop_s, f32.gflop_s, f32_packed.gflop_s, eigen, journey_bf16,
-                  journey_q8_0,
-                  kernels(bf16, bf16_packed).c_str(), kernels(f32, f32_packed).c_str());
+      std::printf("%-14s %-12s %7d %11s %11s %11s %11s %11s %10.1f %9.1f %9.1f %9.1f %9.1f  bf16 %s; f32 %s; int8 %s\n",
+                  shape.name, dims, threads, rate(bf16).c_str(), rate(bf16_packed).c_str(), rate(f32).c_str(),
+                  rate(f32_packed).c_str(), rate(int8_packed).c_str(), eigen, journey[0], journey[1], journey[2],
+                  journey[3], kernels(bf16, bf16_packed).c_str(), kernels(f32, f32_packed).c_str(),
+                  int8_packed.implementation.c_str());
       std::fflush(stdout);
     }
   }

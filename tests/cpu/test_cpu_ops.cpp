@@ -73,18 +73,23 @@ TEST_CASE("linear_shared_input gives exactly what one linear() per target gives"
   }
 }
 
-TEST_CASE("decode products on stored types: every row once, bit-equal for 1..3 threads (work stealing)") {
+TEST_CASE("decode and prefill products: every row once, bit-equal for 1..3 threads (work stealing)") {
   // Decode shares the rows of a product by work stealing (ops.cpp, StealingShares): chunks of 16
   // rows of each thread's block, a finished thread taking the others' last chunks. Every row must
   // be computed once and, as each row is one dot product, come out the same whoever computed it.
-  // Targets of 9 (one thread only), 53, 211 and 700 rows, not multiples of the 16-row chunk. One
+  // Targets of 9 (one thread only), 53, 211 and 700 rows, not multiples of a chunk. One
   // token on every stored type but f32; batched decode (3, 7, 16 tokens: the token-lane kernels
   // and, below their threshold, the fused dot per token) on the block types.
   const int64_t in = 256;
   const std::vector<int64_t> outs = {53, 9, 211, 700};
-  for (int64_t T : {1, 3, 7, 16})
-  for (DType type : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
-    if (T > 1 && !dtype_is_quantized(type)) continue;  // (f16, bf16 batches keep the static split)
+  // Prefill (17 and 40 tokens) shares its rows the same way in chunks of 96 (whole panels of every
+  // prefill kernel) on every type, f32 included; each run is repeated, as which thread takes which
+  // chunk changes from run to run.
+  for (int64_t T : {1, 3, 7, 16, 17, 40})
+  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    const bool prefill = T > 16;
+    if (!prefill && T > 1 && !dtype_is_quantized(type)) continue;  // (f16, bf16 batches keep the static split)
+    if (!prefill && type == DType::F32) continue;                    // (f32 decode: Eigen's GEMV, static)
     CAPTURE(T); CAPTURE(dtype_name(type));
     auto x = scalar::random_vector(size_t(T * in), 51);
     std::vector<std::vector<uint8_t>> stored;
@@ -95,7 +100,7 @@ TEST_CASE("decode products on stored types: every row once, bit-equal for 1..3 t
       for (int64_t r = 0; r < outs[i]; ++r) quant::quantize(type, w.data() + r * in, stored[i].data() + r * row_bytes, in);
     }
     std::vector<std::vector<float>> by_one;  // threads = 1: no parallel region, the rows in order
-    for (int threads : {1, 2, 3}) {
+    for (int threads : {1, 2, 3, 2, 3}) {
       CAPTURE(threads);
       std::vector<std::vector<float>> y;
       std::vector<cpu::LinearTarget> targets;

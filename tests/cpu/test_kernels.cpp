@@ -325,7 +325,7 @@ TEST_CASE("kernels: dot_tokens (batched decode, tokens in register lanes) equals
           const int zero = cpu::kernels::unpacked_zero(type);
           const bool has_offset = cpu::kernels::unpacked_has_offset(type);
           std::vector<float> got(size_t(rows * cpu::kernels::kLaneTokens), NAN);
-          k.dot_tokens(q.data(), s.data(), o.data(), rows, zero, has_offset, qx.token_lanes(), n, got.data());
+          k.dot_tokens(type, q.data(), s.data(), o.data(), rows, qx.token_lanes(), n, got.data());
           for (int r = 0; r < rows; ++r)
             for (int64_t t = 0; t < T; ++t) {
               const cpu::kernels::QuantizedActivations xt{qx.q.data() + t * n, qx.dx.data() + t * groups,
@@ -378,7 +378,7 @@ TEST_CASE("kernels: dot_tokens stays exact at every type's largest quants agains
       for (int8_t v : qx.q) REQUIRE(std::abs(int(v)) == 127);
       qx.lay_out_token_lanes(T);
       std::vector<float> got(size_t(rows * cpu::kernels::kLaneTokens), NAN);
-      k.dot_tokens(q.data(), s.data(), o.data(), rows, zero, has_offset, qx.token_lanes(), n, got.data());
+      k.dot_tokens(type, q.data(), s.data(), o.data(), rows, qx.token_lanes(), n, got.data());
       for (int r = 0; r < rows; ++r)
         for (int64_t t = 0; t < T; ++t) {
           CAPTURE(r); CAPTURE(t);
