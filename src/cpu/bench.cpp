@@ -400,6 +400,12 @@ std::string format_bench_table(const BenchResult& r) {
                 r.prefill_memory_seconds(), r.prefill_compute_seconds() >= r.prefill_memory_seconds() ? "compute" : "memory");
   out << line;
   row("prefill", r.prefill_tok_s, r.prefill_ceiling_tok_s(), "GEMM");
+  if (r.prefill_instruction_peak_gflop_s() > 0) {
+    std::snprintf(line, sizeof line, "prefill  at %.1f GFLOP/s: %.1f%% of the %s path's instruction peak (%.0f GFLOP/s)\n",
+                  r.prefill_gflop_s(), 100.0 * r.prefill_gflop_s() / r.prefill_instruction_peak_gflop_s(),
+                  r.prefill_path.c_str(), r.prefill_instruction_peak_gflop_s());
+    out << line;
+  }
   row("decode", r.decode_tok_s, r.decode_ceiling_tok_s(), "bandwidth");
   std::snprintf(line, sizeof line,
                 "per CPU-second x %d threads (the threads' own work, whatever else runs): prefill %.2f tok/s "
@@ -487,6 +493,8 @@ nlohmann::json bench_json(const BenchResult& r) {
           {"prefill_memory_seconds", r.prefill_memory_seconds()},
           {"prefill_path", r.prefill_path},
           {"prefill_gemm_ceiling_gflop_s", r.prefill_gemm_gflop_s()},
+          {"prefill_gflop_s", r.prefill_gflop_s()},
+          {"prefill_instruction_peak_gflop_s", r.prefill_instruction_peak_gflop_s()},
           {"gemm_gflop_s_per_cpu_second_x_threads", r.gemm_cpu_gflop_s},
           {"prefill_ceiling_tok_s_per_cpu_second_x_threads", r.prefill_cpu_ceiling_tok_s()},
           {"weight_types", r.weight_types},
@@ -507,7 +515,7 @@ nlohmann::json bench_json(const BenchResult& r) {
     for (const char* key : {"read_bandwidth_gb_s", "gemm_gflop_s", "prefill_ceiling_tok_s", "decode_ceiling_tok_s",
                             "prefill_fraction_of_ceiling", "decode_fraction_of_ceiling", "read_bandwidth_runs_gb_s",
                             "decode_fraction_of_ceiling_per_run", "decode_fraction_of_ceiling_per_step",
-                            "prefill_gemm_ceiling_gflop_s",
+                            "prefill_gemm_ceiling_gflop_s", "prefill_instruction_peak_gflop_s",
                             "prefill_compute_seconds", "prefill_memory_seconds",
                             "gemm_gflop_s_per_cpu_second_x_threads", "prefill_ceiling_tok_s_per_cpu_second_x_threads"})
       j[key] = nullptr;

@@ -89,6 +89,18 @@ struct BenchResult {
     return peak * gemm_gflop_s / f32_fma_gflop_s;
   }
   std::string prefill_gemm_basis() const;
+  // The prefill path's instruction peak (the dot-product peaks above): a bound no GEMM passes,
+  // beside the GEMM ceiling, which a library measured now sets (on the AMD Zen 3 VM oneDNN's f32
+  // GEMM ran 68-118 GFLOP/s where journey's f32 panels reach 130-150: there "% of GEMM" exceeds 100).
+  double prefill_instruction_peak_gflop_s() const {
+    return prefill_path == "int8-lanes" ? int8_dot_gop_s
+           : prefill_path == "amx-bf16" ? amx_bf16_gflop_s
+           : prefill_path == "bf16"     ? bf16_dot_gflop_s
+                                        : f32_fma_gflop_s;
+  }
+  double prefill_gflop_s() const {  // the median prefill's rate
+    return prompt_tokens > 0 ? prefill_tok_s.median * prefill_flops / prompt_tokens / 1e9 : 0;
+  }
   double decode_ceiling_tok_s() const { return bandwidth_gb_s * 1e9 / decode_bytes_per_token; }
   // A roofline: a prefill does its FLOPs at the GEMM rate AND reads every weight once (as decode
   // does per token) at the read bandwidth, so it takes at least the longer of the two. The f32 and

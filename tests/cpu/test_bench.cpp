@@ -31,6 +31,7 @@ TEST_CASE("bench: bytes per decoded token = every weight except the (untied) emb
     CHECK(json.contains("decode_fraction_of_ceiling"));
     // without ceilings no rate is set against one: null in the JSON, no percentage in the table
     CHECK(json["decode_fraction_of_ceiling"].is_null());
+    CHECK(json["prefill_instruction_peak_gflop_s"].is_null());
     CHECK(json["ceilings_measured"] == false);
     const std::string table = format_bench_table(r);
     CHECK(table.find("ceilings not measured") != std::string::npos);
@@ -75,6 +76,12 @@ TEST_CASE("bench: with the ceilings measured, every run's decode has its own ban
   CHECK(r.prefill_threads_busy <= 1 + 1e-9);
   CHECK(json["prefill_threads_busy"].get<double>() == doctest::Approx(r.prefill_threads_busy));
   CHECK(table.find("the threads busy") != std::string::npos);
+  // the prefill's rate against its path's instruction peak (f32 FMA here: a random f32 model)
+  CHECK(r.prefill_path == "f32");
+  CHECK(r.prefill_instruction_peak_gflop_s() == r.f32_fma_gflop_s);
+  CHECK(r.prefill_gflop_s() == doctest::Approx(r.prefill_tok_s.median * r.prefill_flops / 24 / 1e9));
+  CHECK(json["prefill_instruction_peak_gflop_s"].get<double>() == doctest::Approx(r.f32_fma_gflop_s));
+  CHECK(table.find("of the f32 path's instruction peak") != std::string::npos);
   // and every decode step its own probe part right after it: 3 runs x 3 steps of pairs, ordered
   const Spread& steps = r.decode_step_fraction;
   CHECK(steps.min > 0);
