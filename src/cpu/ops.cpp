@@ -288,6 +288,17 @@ class StealingShares {
   Cursor cursor_[kMaxStealingTeam];
 };
 
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Prefill timing (busy_seconds set): this thread's own time in its rows since t0 added, and the
+// team's size noted by its first thread.
+void note_busy(std::atomic<double>* busy_seconds, int* threads_used, Clock::time_point t0, int thread, int team_threads) {
+  if (!busy_seconds) return;
+  *busy_seconds += seconds_since(t0);
+  if (thread == 0) *threads_used = team_threads;
+}
+
 // linear_shared_input with the rows of a one-token product shared by stealing or not; whether
 // they were (asked for, and possible for these products).
 // busy_seconds (prefill timing): each thread's own time in its rows added to it; threads_used: the
@@ -307,11 +318,10 @@ bool linear_shared_input_on(const float* x, int64_t T, int64_t in, std::span<con
       if (b < split.count) input.run_block(target, b * split.rows, std::min(target.out, (b + 1) * split.rows));
     }
   };
-  if (threads_used) *threads_used = 1;
   if (team == 1) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Clock::now();
     thread_work(0);  // no parallel region: Eigen then follows Eigen::setNbThreads (CpuBackend sets 1)
-    if (busy_seconds) *busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    note_busy(busy_seconds, threads_used, t0, 0, 1);
     return false;
   }
 #ifdef _OPENMP
@@ -324,7 +334,7 @@ bool linear_shared_input_on(const float* x, int64_t T, int64_t in, std::span<con
     std::atomic<bool> stole{true};
 #pragma omp parallel num_threads(int(team))
     {
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = Clock::now();
       if (omp_get_num_threads() == team) {
         shares.run(omp_get_thread_num(), [&](const LinearTarget& target, int64_t begin, int64_t end) {
           input.run_block(target, begin, end);
@@ -333,28 +343,22 @@ bool linear_shared_input_on(const float* x, int64_t T, int64_t in, std::span<con
         stole.store(false, std::memory_order_relaxed);
         for (int64_t b = omp_get_thread_num(); b < team; b += omp_get_num_threads()) thread_work(b);
       }
-      if (busy_seconds) {
-        *busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (omp_get_thread_num() == 0) *threads_used = omp_get_num_threads();
-      }
+      note_busy(busy_seconds, threads_used, t0, omp_get_thread_num(), omp_get_num_threads());
     }
     return stole.load(std::memory_order_relaxed);
   }
 #pragma omp parallel num_threads(int(team))
   {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Clock::now();
     // OpenMP may hand out fewer threads than asked (OMP_DYNAMIC, OMP_THREAD_LIMIT, a nested
     // region): then a thread takes several blocks, so every block is still computed once.
     for (int64_t b = omp_get_thread_num(); b < team; b += omp_get_num_threads()) thread_work(b);
-    if (busy_seconds) {
-      *busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (omp_get_thread_num() == 0) *threads_used = omp_get_num_threads();
-    }
+    note_busy(busy_seconds, threads_used, t0, omp_get_thread_num(), omp_get_num_threads());
   }
 #else
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
   for (int64_t b = 0; b < team; ++b) thread_work(b);
-  if (busy_seconds) *busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  note_busy(busy_seconds, threads_used, t0, 0, 1);
 #endif
   return false;
 }
@@ -397,9 +401,9 @@ void linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const 
     }
     std::atomic<double> busy{0};
     int threads_used = 1;
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Clock::now();
     linear_shared_input_on(x, T, in, targets, threads, prefill_stealing(), &busy, &threads_used);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double seconds = seconds_since(t0);
     double flops = 0;
     for (const LinearTarget& target : targets) flops += 2.0 * double(T) * double(in) * double(target.out);
     timer.prefill_seconds += seconds;
@@ -418,9 +422,9 @@ void linear_shared_input(const float* x, int64_t T, int64_t in, std::span<const 
     linear_shared_input_on(x, T, in, targets, threads, stealing);
     return;
   }
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
   const bool stole = linear_shared_input_on(x, T, in, targets, threads, stealing);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds = seconds_since(t0);
   double bytes = 0;
   for (const LinearTarget& target : targets) bytes += double(dtype_bytes_for(target.weight.type, in)) * double(target.out);
   timer.seconds[stole] += seconds;
