@@ -18,11 +18,10 @@
 //                       panels on the way), on AMX tiles where the CPU has them (kernels line of
 //                       `journey bench`), else AVX512-BF16; without either (AVX2) bf16 on f32
 //                       panels and the block types on the int8 token lanes (x quantized to 8 bits)
-//
-// A oneDNN type this CPU has no matmul for (bf16 below AVX-512 in oneDNN 2.6) reads "-".
 //   kernels             the kernel oneDNN picked, e.g. "brg:avx512_core_amx_bf16" (its brgemm on
 //                       AMX tiles); "packed:" where the packed weight made it pick another
 //
+// A oneDNN type this CPU has no matmul for (bf16 below AVX-512 in oneDNN 2.6) reads "-".
 // The weight is a whole [N, K] matrix, allocated once, as in the model. The 1-minute load average
 // (/proc/loadavg, what `uptime` prints) is printed before and after: on a shared machine the rates
 // are only as good as the cores were free.
