@@ -169,12 +169,34 @@ bool choose_row_stream_prefetch() {
 
 const bool kRowStreamPrefetch = choose_row_stream_prefetch();
 
+namespace {
+// JOURNEY_INT8_PREFILL: 1 on (or not set), 0 off, -2 a value that is neither (kernel_choice fails)
+int int8_prefill_setting() {
+  static const int setting = [] {
+    const char* value = std::getenv("JOURNEY_INT8_PREFILL");
+    if (value == nullptr || *value == '\0') return 1;
+    const std::string_view v(value);
+    return v == "on" ? 1 : v == "off" ? 0 : -2;
+  }();
+  return setting;
+}
+}  // namespace
+
+bool int8_lanes_before_bf16(DType type) {
+  return (type == DType::Q8_0 || type == DType::Q4_0) && int8_prefill_setting() == 1 && has_bf16_dot() &&
+         !has_amx() && has_stored_token_dot(type, best_isa());
+}
+
 std::string kernel_choice() {
   if (row_prefetch_override() == -2)
     fail("JOURNEY_ROW_PREFETCH='", std::getenv("JOURNEY_ROW_PREFETCH"), "' is not a choice; expected on or off ",
          "(or unset: this CPU's)");
+  if (int8_prefill_setting() == -2)
+    fail("JOURNEY_INT8_PREFILL='", std::getenv("JOURNEY_INT8_PREFILL"), "' is not a choice; expected on or off ",
+         "(or unset: on)");
   std::string choice = isa_name(best_isa());
   choice += has_amx() ? " + amx-bf16 prefill" : has_bf16_dot() ? " + avx512-bf16 prefill" : "";
+  if (int8_lanes_before_bf16(DType::Q8_0)) choice += " (Q8_0, Q4_0 on int8 token lanes)";
   if (isa_cap() != kNoCap) choice += std::string(" (JOURNEY_CPU_ISA=") + kIsaLevels[isa_cap()] + ")";
   if (!kRowStreamPrefetch) choice += ", row stream without prefetch";
   return choice;

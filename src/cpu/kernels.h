@@ -47,6 +47,14 @@ bool has_bf16_dot();
 // this process the tile state (Linux arch_prctl ARCH_REQ_XCOMP_PERM) and JOURNEY_CPU_ISA does not cap
 // it (below "amx"). Implies has_bf16_dot().
 bool has_amx();
+// Q8_0 and Q4_0 prefill on the integer token lanes of batched decode (x quantized to 8 bits,
+// vpdpbusd on the blocks as stored) instead of the bf16 panels, on a CPU with AVX512-BF16 but no
+// AMX (AMD Zen 4, Intel Cooper Lake): measured faster there since the token lanes got their
+// one-instruction quads and Q8_0's block sums (docs/performance.md, "Q8_0 and Q4_0 prefill on the
+// token lanes"); the K types stay on the panels (Q4_K's lanes measured slower). JOURNEY_INT8_PREFILL=off
+// keeps every block type on the panels (to compare); another value than on/off is an error at
+// kernel_choice().
+bool int8_lanes_before_bf16(DType type);
 // What runs, for logs and journey bench: "avx512-vnni + avx512-bf16 prefill", "avx2", ... with the
 // cap named when JOURNEY_CPU_ISA set one. Throws journey::Error for a bad JOURNEY_CPU_ISA.
 std::string kernel_choice();

@@ -52,7 +52,8 @@ inline constexpr int64_t kSmallBatchTokens = 16;
 // column): on AMX tiles (bf16, f16 and the block types, rows a multiple of 32), with AVX512-BF16 dot
 // products (bf16 and the block types, rows a multiple of 32: bf16_panel_rows), block types without
 // either through the integer token-lane kernel of batched decode, 16 tokens at a time (AVX2 and
-// AVX512-VNNI: x quantized to 8 bits as for decode), or in f32 (f32 weights, f16/bf16 without the bf16 instructions, and block types on a
+// AVX512-VNNI: x quantized to 8 bits as for decode; Q8_0 and Q4_0 take it before the AVX512-BF16
+// panels too, kernels::int8_lanes_before_bf16), or in f32 (f32 weights, f16/bf16 without the bf16 instructions, and block types on a
 // CPU without AVX2). The two bf16 paths round x to bf16.
 enum class PrefillPath { F32, Bf16Dot, AmxTiles, Int8Lanes };
 PrefillPath prefill_path_of(DType type, int64_t in);
