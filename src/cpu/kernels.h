@@ -149,8 +149,9 @@ struct KernelTable {
   // 2..16 tokens): q [rows, n], s and o [rows, n / 16] as unpack_row writes them, out [rows,
   // kLaneTokens]. The tokens sit in the lanes of one register: one broadcast weight quad multiplies
   // all of them, so a group's scale and zero point cost one vector operation for the whole batch.
-  // AVX512-VNNI (vpdpbusd, 16 lanes) and AVX2 (vpmaddubsw + vpmaddwd, two registers of 8 lanes;
-  // a second register without tokens is skipped); nullptr in the generic table.
+  // AVX512-VNNI (vpdpbusd, 16 lanes), AVX2 (vpmaddubsw + vpmaddwd, two registers of 8 lanes;
+  // a second register without tokens is skipped) and aarch64 dotprod (sdot by element, four
+  // registers of 4 lanes, those without tokens skipped; dot()'s bits); nullptr in the generic table.
   // `type`: the type the rows were unpacked from (its zero point, offsets and largest quant).
   void (*dot_tokens)(DType type, const uint8_t* q, const float* s, const float* o, int rows,
                      const TokenLaneActivations& x, int64_t n, float* out);

@@ -8,8 +8,9 @@
 //
 // It also has the fused decode dots of every block type, the legacy ones (Q8_0, Q4_0, Q4_1, Q5_0,
 // Q5_1) and the K types (Q2_K .. Q6_K; dot_rows, below): one token against the stored rows with
-// sdot, no unpacked copy. (Built and tested under qemu only, where nothing can be timed:
-// docs/arm.md.)
+// sdot, no unpacked copy; and dot_tokens, up to 16 tokens in the lanes of four registers against
+// unpacked rows with sdot by element (batched decode and the integer prefill). (Built and tested
+// under qemu only, where nothing can be timed: docs/arm.md.)
 //
 // The unpacked quants are unsigned (0..255 for Q8_0, below 64 for the others) and the activations
 // signed; sdot multiplies signed by signed (the mixed usdot is Armv8.6 i8mm), so each quant is
@@ -332,6 +333,73 @@ void dot_rows(DType type, const void* first, size_t row_bytes, int64_t count, co
   }
 }
 
+// ------------------------------------------------------------------------------------------------
+// Every token of a batch against up to 4 unpacked rows (KernelTable::dot_tokens: batched decode of
+// 6..16 tokens, and the integer prefill, 16 tokens a chunk), the tokens in the lanes: int32 lane j
+// of token register tr is token 4 tr + j. Per group of 16 weights, the tokens' quads (x.q: [group,
+// quad k, 16 tokens, 4] — four registers of four tokens per quad) are loaded once for the R rows;
+// each row's 16 quants, made signed (q - 128, as dot() above), are one register whose quad k
+// multiplies the four tokens of a register at once: sdot by element, vdotq_laneq_s32(sums, tokens,
+// quants, k) adds tokens' quad j . quants' quad k into lane j. The start (128 - z) gsum is each
+// token's own and shared by the rows. The float part is dot()'s in each lane, in dot()'s order (s x
+// dx, times the sum, that product rounded before it is added: never fused; the offsets alike), so out[r][t]
+// equals dot() of row r and token t bit for bit (test_kernels), as the fused decode dots do: a
+// greedy text does not depend on whether a step had 5 tokens or 6. Token registers past x.tokens
+// are skipped (their lanes are written 0, what their zero activations give).
+// ------------------------------------------------------------------------------------------------
+
+// p as it is: the lanes' products rounded to f32 before the sum that takes them (kernels::unfused
+// for a vector: this file is built with -ffp-contract=fast).
+inline float32x4_t unfused_lanes(float32x4_t p) {
+  asm("" : "+w"(p));
+  return p;
+}
+
+template <int R>
+void dot_tokens_rows(const uint8_t* q, const float* s, const float* o, int zero, bool has_offset,
+                     const TokenLaneActivations& x, int64_t n, float* out) {
+  const int64_t groups = n / kGroup;
+  const uint8x16_t flip = vdupq_n_u8(0x80);
+  constexpr int kTokenRegisters = int(kLaneTokens / 4);
+  const int filled = int((x.tokens + 3) / 4);  // token registers that hold a token
+  for (int tr = 0; tr < kTokenRegisters; ++tr) {
+    float32x4_t acc[R], acc_offset[R];
+    for (int r = 0; r < R; ++r) acc[r] = vdupq_n_f32(0), acc_offset[r] = vdupq_n_f32(0);
+    for (int64_t g = 0; tr < filled && g < groups; ++g) {
+      const int8_t* xg = x.q + g * 4 * kLaneTokens * 4 + 4 * 4 * tr;  // quad k of these 4 tokens: + 64 k
+      const int8x16_t x0 = vld1q_s8(xg), x1 = vld1q_s8(xg + 64), x2 = vld1q_s8(xg + 128), x3 = vld1q_s8(xg + 192);
+      const int64_t lanes = g * kLaneTokens + 4 * tr;  // this register's tokens in dx, gsum, xs
+      const int32x4_t start = vmulq_n_s32(vld1q_s32(x.gsum + lanes), 128 - zero);
+      const float32x4_t dx = vld1q_f32(x.dx + lanes);
+      for (int r = 0; r < R; ++r) {
+        const int8x16_t quants = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(q + r * n + g * kGroup), flip));
+        int32x4_t sums = vdotq_laneq_s32(start, x0, quants, 0);
+        sums = vdotq_laneq_s32(sums, x1, quants, 1);
+        sums = vdotq_laneq_s32(sums, x2, quants, 2);
+        sums = vdotq_laneq_s32(sums, x3, quants, 3);
+        const float32x4_t scale = vmulq_n_f32(dx, s[r * groups + g]);  // s x dx: dot()'s first product
+        acc[r] = vaddq_f32(acc[r], unfused_lanes(vmulq_f32(scale, vcvtq_f32_s32(sums))));
+        if (has_offset)
+          acc_offset[r] =
+              vaddq_f32(acc_offset[r], unfused_lanes(vmulq_n_f32(vld1q_f32(x.xs + lanes), o[r * groups + g])));
+      }
+    }
+    for (int r = 0; r < R; ++r) vst1q_f32(out + r * kLaneTokens + 4 * tr, vsubq_f32(acc[r], acc_offset[r]));
+  }
+}
+
+void dot_tokens(DType type, const uint8_t* q, const float* s, const float* o, int rows, const TokenLaneActivations& x,
+                int64_t n, float* out) {
+  const int zero = unpacked_zero(type);
+  const bool has_offset = unpacked_has_offset(type);
+  switch (rows) {
+    case 1: return dot_tokens_rows<1>(q, s, o, zero, has_offset, x, n, out);
+    case 2: return dot_tokens_rows<2>(q, s, o, zero, has_offset, x, n, out);
+    case 3: return dot_tokens_rows<3>(q, s, o, zero, has_offset, x, n, out);
+    default: return dot_tokens_rows<4>(q, s, o, zero, has_offset, x, n, out);
+  }
+}
+
 // journey bench's int8 ceiling here (PeakKind::Int8Dot, kind 1): 12 independent sdot accumulators
 // in registers, `iterations` rounds; the operations done (2 per multiply-add). 0 for other kinds.
 double int8_peak(int64_t iterations, float* sink) {
@@ -355,6 +423,7 @@ const KernelTable& kernel_table() {
     KernelTable t = generic::kernel_table();
     t.dot = &dot;
     t.dot_rows = &dot_rows;
+    t.dot_tokens = &dot_tokens;
     return t;
   }();
   return table;

@@ -365,10 +365,10 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     return;
   }
   if (!token_lanes_ && k.dot_rows && kernels::has_fused_dot(type, isa)) {
-    // Batched decode on a CPU without the token-lane kernels (AVX2): every token through the fused
-    // dots, a tile of rows at a time, so each tile comes from memory once and from L1/L2 for the
-    // other tokens (instead of unpacking each row and the plain per-token dot: 1.1B Q4_0, 16
-    // streams, docs/performance.md "AVX2").
+    // Batched decode of fewer than kMinLaneTokens tokens: every token through the fused dots, a
+    // tile of rows at a time, so each tile comes from memory once and from L1/L2 for the other
+    // tokens (instead of unpacking each row and the plain per-token dot: 1.1B Q4_0, 16 streams,
+    // docs/performance.md "AVX2").
     constexpr int64_t kTileRows = 16;  // 16 rows of 2048 Q8_0 weights: 34 KB
     float tile[kTileRows];
     for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
