@@ -725,6 +725,54 @@ TEST_CASE("kernels: the bf16 prefill kernels (AVX512-BF16, AMX tiles) equal a do
   }
 }
 
+TEST_CASE("kernels: the bf16 prefill kernels multiply each weight as bf16(the reference dequantizer's value), bit for bit") {
+  // Token t is one-hot at input i = base + t, so y[t, o] is the single product 1 * w[o, i]: exact, and
+  // equal to bf16(dequantize(w)) only if every weight is filled into the panels exactly so (the
+  // in-register fills of Q8_0, Q4_0, Q4_K, Q6_K and the unpack path of the others; the tolerance of
+  // the test above cannot tell one bf16 step of a single weight apart).
+  if (!cpu::kernels::has_bf16_dot()) {
+    MESSAGE("this CPU lacks AVX512-BF16; the prefill kernels are not tested (prefill widens to f32 instead)");
+    return;
+  }
+  constexpr int64_t in = 512, out = 19, T = 32;  // two K super-blocks, 16 legacy blocks per row
+  for (const bool on_tiles : {false, true}) {
+    if (on_tiles && !cpu::kernels::has_amx()) continue;
+    for (DType type : {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K,
+                       DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+      CAPTURE(on_tiles); CAPTURE(dtype_name(type));
+      const auto values = scalar::random_vector(size_t(out * in), 34, 0.8f);  // [out, in]
+      const auto bytes = quantized(type, values);
+      std::vector<float> w(values.size());  // [out, in], the reference dequantizer's
+      quant::dequantize(type, bytes.data(), w.data(), int64_t(values.size()));
+      const size_t row_bytes = size_t(dtype_bytes_for(type, in));
+      int64_t mismatches = 0;
+      for (int64_t base = 0; base < in; base += T) {
+        std::vector<float> x(size_t(T * in), 0.0f);  // [T, in], token t one-hot at base + t
+        for (int64_t t = 0; t < T; ++t) x[size_t(t * in + base + t)] = 1.0f;
+        std::vector<uint16_t> packed(size_t(cpu::kernels::token_pairs_size(T, in)));
+        cpu::kernels::pack_token_pairs(x.data(), T, in, packed.data(), 0, cpu::kernels::token_pair_tiles(T));
+        std::vector<float> got(size_t(T * out), NAN);  // [T, out]
+        if (on_tiles) {
+          std::vector<unsigned char> scratch(cpu::kernels::amx_rows_scratch_bytes(in));
+          cpu::kernels::amx_rows(type, got.data(), packed.data(), bytes.data(), row_bytes, nullptr, T, in, out, 0,
+                                 out, scratch.data());
+        } else {
+          std::vector<unsigned char> scratch(cpu::kernels::bf16_panel_rows_scratch_bytes(T));
+          cpu::kernels::bf16_panel_rows(type, got.data(), packed.data(), bytes.data(), row_bytes, nullptr, T, in, out,
+                                        0, out, scratch.data());
+        }
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t o = 0; o < out; ++o) {
+            const float want = bf16_to_f32(f32_to_bf16(w[size_t(o * in + base + t)]));
+            if (got[size_t(t * out + o)] != want && mismatches++ < 3)
+              CHECK_MESSAGE(false, "row ", o, " input ", base + t, ": got ", got[size_t(t * out + o)], ", want ", want);
+          }
+      }
+      CHECK(mismatches == 0);
+    }
+  }
+}
+
 TEST_CASE("kernels: the vectorized Q8_0 activation quantization equals the plain loop bit for bit, ties included") {
   const int64_t T = 3, in = 320;  // 10 blocks per token
   std::vector<float> x = scalar::random_vector(size_t(T * in), 70, 3.0f);  // [T, in]
