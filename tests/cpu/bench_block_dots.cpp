@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   std::printf("%-6s %10s %10s %10s %10s %12s %12s %12s %12s %10s\n", "type", "dot_row", "grouped", "back/row", "dot",
               "dot_tokens", "unpack/row", "stored", "grp/tokens", "+sums");
   float sink = 0;
-  for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q3_K, DType::Q2_K}) {
     const int64_t row_bytes = dtype_bytes_for(type, in);
     std::vector<uint8_t> stored(size_t(kRows * row_bytes));  // [kRows rows as stored]
     for (int r = 0; r < kRows; ++r) quant::quantize(type, w.data() + r * in, stored.data() + r * row_bytes, in);
