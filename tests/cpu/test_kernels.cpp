@@ -108,6 +108,57 @@ TEST_CASE("kernels: the integer dot products (unpacked, and fused for decode) eq
   }
 }
 
+// Every bit pattern of the packed scales, minimums and quants, not only those a quantizer writes
+// (its scales stay near the largest): K-type super-blocks of random bytes with sane f16 d / dmin,
+// through each instruction set's fused decode dot against the dequantized values.
+template <typename Block>
+void set_k_block_halves(std::vector<uint8_t>& bytes, uint16_t d, uint16_t dmin) {
+  for (size_t at = 0; at + sizeof(Block) <= bytes.size(); at += sizeof(Block)) {
+    Block b;
+    std::memcpy(&b, bytes.data() + at, sizeof b);
+    b.d = d;
+    if constexpr (requires { b.dmin; }) b.dmin = dmin;
+    std::memcpy(bytes.data() + at, &b, sizeof b);
+  }
+}
+
+TEST_CASE("kernels: the fused K-type dots decode every packed scale, minimum and quant bit (random bytes)") {
+  const int64_t n = 1024;
+  const auto x_values = scalar::random_vector(size_t(n), 11, 2.0f);
+  cpu::QuantizedInput qx;
+  qx.quantize(x_values.data(), 1, n, 256);
+  const cpu::kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
+  for (DType type : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    std::vector<uint8_t> bytes(size_t(n / 256) * dtype_block_bytes(type));
+    uint32_t state = 12345u + uint32_t(type);
+    for (auto& byte : bytes) byte = uint8_t((state = state * 1664525u + 1013904223u) >> 24);
+    const uint16_t d = 0x2C00, dmin = 0x2800;  // 1/16 and 1/32
+    switch (type) {
+      case DType::Q2_K: set_k_block_halves<quant::block_q2_k>(bytes, d, dmin); break;
+      case DType::Q3_K: set_k_block_halves<quant::block_q3_k>(bytes, d, dmin); break;
+      case DType::Q4_K: set_k_block_halves<quant::block_q4_k>(bytes, d, dmin); break;
+      case DType::Q5_K: set_k_block_halves<quant::block_q5_k>(bytes, d, dmin); break;
+      default: set_k_block_halves<quant::block_q6_k>(bytes, d, dmin); break;
+    }
+    std::vector<float> w(static_cast<size_t>(n));
+    quant::dequantize(type, bytes.data(), w.data(), n);
+    double want = 0, magnitude = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double xi = double(qx.dx[size_t(i / 16)]) * qx.q[size_t(i)];
+      want += double(w[i]) * xi;
+      magnitude += std::abs(double(w[i]) * xi);
+    }
+    for (Isa isa : supported_isas()) {
+      const auto& k = cpu::kernels::table(isa);
+      if (!k.dot_rows || !cpu::kernels::has_fused_dot(type, isa)) continue;
+      CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type));
+      float fused = NAN;
+      k.dot_rows(type, bytes.data(), bytes.size(), 1, x, n, &fused);
+      CHECK(std::abs(fused - want) <= 1e-5 * magnitude);
+    }
+  }
+}
+
 TEST_CASE("kernels: aarch64 dotprod's dot (sdot on q - 128) and fused dot equal the generic dot bit for bit, extreme quants included") {
   if (!cpu::kernels::supports(Isa::NeonDot)) {
     MESSAGE("this CPU lacks neon-dotprod; not tested");
