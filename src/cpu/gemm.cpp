@@ -187,6 +187,45 @@ bool int8_lanes_before_bf16(DType type) {
          !has_amx() && has_stored_token_dot(type, best_isa());
 }
 
+namespace {
+// JOURNEY_BF16_PREFILL: 1 on, 0 off, -1 not set (measured), -2 a value that is neither (kernel_choice fails)
+int bf16_prefill_setting() {
+  static const int setting = [] {
+    const char* value = std::getenv("JOURNEY_BF16_PREFILL");
+    if (value == nullptr || *value == '\0') return -1;
+    const std::string_view v(value);
+    return v == "on" ? 1 : v == "off" ? 0 : -2;
+  }();
+  return setting;
+}
+}  // namespace
+
+const Bf16AgainstFma& bf16_against_fma() {
+  static const Bf16AgainstFma measured = [] {
+    Bf16AgainstFma m;
+    if (!has_bf16_dot()) return m;
+    // side by side, twice, the best of each: a preemption of this thread in one pass (a busy VM)
+    // lowers that pass only. ~4 x 5 ms.
+    for (int round = 0; round < 2; ++round) {
+      m.bf16_gflop_s = std::max(m.bf16_gflop_s, peak_rate(PeakKind::Bf16Dot, 0.005) / 1e9);
+      m.fma_gflop_s = std::max(m.fma_gflop_s, peak_rate(PeakKind::F32Fma, 0.005) / 1e9);
+    }
+    return m;
+  }();
+  return measured;
+}
+
+bool bf16_dot_pays() {
+  if (!has_bf16_dot()) return false;
+  static const bool pays = [] {
+    const int setting = bf16_prefill_setting();
+    if (setting >= 0) return setting == 1;
+    const Bf16AgainstFma& m = bf16_against_fma();
+    return m.bf16_gflop_s >= m.fma_gflop_s;
+  }();
+  return pays;
+}
+
 std::string kernel_choice() {
   if (row_prefetch_override() == -2)
     fail("JOURNEY_ROW_PREFETCH='", std::getenv("JOURNEY_ROW_PREFETCH"), "' is not a choice; expected on or off ",
@@ -194,9 +233,25 @@ std::string kernel_choice() {
   if (int8_prefill_setting() == -2)
     fail("JOURNEY_INT8_PREFILL='", std::getenv("JOURNEY_INT8_PREFILL"), "' is not a choice; expected on or off ",
          "(or unset: on)");
+  if (bf16_prefill_setting() == -2)
+    fail("JOURNEY_BF16_PREFILL='", std::getenv("JOURNEY_BF16_PREFILL"), "' is not a choice; expected on or off ",
+         "(or unset: measured)");
   std::string choice = isa_name(best_isa());
-  choice += has_amx() ? " + amx-bf16 prefill" : has_bf16_dot() ? " + avx512-bf16 prefill" : "";
-  if (int8_lanes_before_bf16(DType::Q8_0)) choice += " (Q8_0, Q4_0 on int8 token lanes)";
+  // the measurement that chose (or JOURNEY_BF16_PREFILL, which skips it)
+  const auto rates = [] {
+    if (bf16_prefill_setting() >= 0) return std::string("JOURNEY_BF16_PREFILL=") + (bf16_prefill_setting() ? "on" : "off");
+    const Bf16AgainstFma& m = bf16_against_fma();
+    return cat("vdpbf16ps ", int(m.bf16_gflop_s + 0.5), " against f32 FMA ", int(m.fma_gflop_s + 0.5),
+               " GFLOP/s a thread, measured");
+  };
+  if (has_amx()) {
+    choice += " + amx-bf16 prefill";
+  } else if (bf16_dot_pays()) {
+    choice += " + avx512-bf16 prefill (" + rates() + ")";
+    if (int8_lanes_before_bf16(DType::Q8_0)) choice += " (Q8_0, Q4_0 on int8 token lanes)";
+  } else if (has_bf16_dot()) {
+    choice += " (avx512-bf16 not used: " + rates() + "; prefill on int8 token lanes and f32 panels)";
+  }
   if (isa_cap() != kNoCap) choice += std::string(" (JOURNEY_CPU_ISA=") + kIsaLevels[isa_cap()] + ")";
   if (!kRowStreamPrefetch) choice += ", row stream without prefetch";
   return choice;

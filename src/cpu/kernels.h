@@ -55,6 +55,23 @@ bool has_amx();
 // keeps every block type on the panels (to compare); another value than on/off is an error at
 // kernel_choice().
 bool int8_lanes_before_bf16(DType type);
+// Whether prefill takes the AVX512-BF16 panels at all (PrefillPath::Bf16Dot): vdpbf16ps does 32
+// multiply-adds per instruction against f32 FMA's 16, and runs at that rate on AMD Zen 4 (457
+// against 258 GFLOP/s on 2 threads) — but not everywhere: on an Intel Xeon VM without AMX (family 6
+// model 207) it measured 179 against FMA's 388, and oneDNN's own bf16 matmul 82 against its f32
+// 148 GFLOP/s a thread, so the bf16 panels prefilled 1.1B BF16 at 77.8 tok/s where the f32 panels
+// give 132.3, and Q4_K_M at 76.8 where the int8 token lanes give 147.5 (docs/performance.md, "An
+// Intel Xeon without AMX"). So the two instructions' register-resident rates are measured once on
+// the first call (~20 ms, bf16_against_fma) and the panels taken only where vdpbf16ps does at
+// least FMA's operations per second; elsewhere bf16 weights prefill on the f32 panels (exact) and
+// the block types on the int8 token lanes. False without AVX512-BF16; AMX is chosen before this
+// (has_amx). JOURNEY_BF16_PREFILL=on|off overrides the measurement (another value is an error at
+// kernel_choice()).
+bool bf16_dot_pays();
+struct Bf16AgainstFma {
+  double bf16_gflop_s = 0, fma_gflop_s = 0;  // one thread; 0 without AVX512-BF16
+};
+const Bf16AgainstFma& bf16_against_fma();
 // What runs, for logs and journey bench: "avx512-vnni + avx512-bf16 prefill", "avx2", ... with the
 // cap named when JOURNEY_CPU_ISA set one. Throws journey::Error for a bad JOURNEY_CPU_ISA.
 std::string kernel_choice();

@@ -174,7 +174,7 @@ PrefillPath prefill_path_of(DType type, int64_t in) {
   const bool rounded = type == DType::BF16 || dtype_is_quantized(type);  // multiplied on bf16 wherever the CPU can
   // F16 only on the tiles, split into bf16 + remainder (exact); vdpbf16ps would round it
   if ((rounded || type == DType::F16) && kernels::has_amx() && in % 32 == 0) return PrefillPath::AmxTiles;
-  if (rounded && kernels::has_bf16_dot() && in % 32 == 0 && !kernels::int8_lanes_before_bf16(type))
+  if (rounded && kernels::bf16_dot_pays() && in % 32 == 0 && !kernels::int8_lanes_before_bf16(type))
     return PrefillPath::Bf16Dot;
   if (dtype_is_quantized(type) && kernels::table(kernels::best_isa()).dot_tokens) return PrefillPath::Int8Lanes;
   return PrefillPath::F32;

@@ -11,10 +11,11 @@
 //                                                          AMX, f32 panels as for f32 (exact)
 //   bf16          as f16, bf16 widened in registers        AMX tiles (tdpbf16ps) where the CPU has
 //                                                          them, else bf16 panels (vdpbf16ps,
-//                                                          AVX512-BF16), x rounded to bf16; else
-//                                                          f32 panels (exact)
+//                                                          AVX512-BF16, where it measures faster
+//                                                          than f32 FMA: kernels::bf16_dot_pays),
+//                                                          x rounded to bf16; else f32 panels (exact)
 //   block types   x -> Q8_0 / Q8_K, integer dots           the same on panels dequantized to bf16;
-//                 (vpdpbusd on AVX512-VNNI, vpmaddubsw on   without AVX512-BF16 the token lanes of
+//                 (vpdpbusd on AVX512-VNNI, vpmaddubsw on   without them the token lanes of
 //                 AVX2; from a few tokens: all in register  batched decode, 16 tokens at a time
 //                 lanes, on AVX512-VNNI Q8_0, Q4_0 and      (without AVX2: panels in f32)
 //                 Q4_K read as stored — Q8_0 with the
@@ -50,7 +51,8 @@ inline constexpr int64_t kSmallBatchTokens = 16;
 
 // How prefill multiplies weights of `type` with rows of `in` values on this CPU (the table's last
 // column): on AMX tiles (bf16, f16 and the block types, rows a multiple of 32), with AVX512-BF16 dot
-// products (bf16 and the block types, rows a multiple of 32: bf16_panel_rows), block types without
+// products where they pay (kernels::bf16_dot_pays; bf16 and the block types, rows a multiple of 32:
+// bf16_panel_rows), block types without
 // either through the integer token-lane kernel of batched decode, 16 tokens at a time (AVX2 and
 // AVX512-VNNI: x quantized to 8 bits as for decode; Q8_0 and Q4_0 take it before the AVX512-BF16
 // panels too, kernels::int8_lanes_before_bf16), or in f32 (f32 weights, f16/bf16 without the bf16 instructions, and block types on a

@@ -4,9 +4,11 @@
 // (6,738,415,616 and 68,976,648,192, Meta's model cards and the Hugging Face checkpoints).
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
@@ -246,6 +248,51 @@ TEST_CASE("JOURNEY_ROW_PREFETCH turns the decode row stream's prefetch on or off
   Run bad = journey_with("JOURNEY_ROW_PREFETCH", "sometimes", prompt);
   CHECK(bad.status != 0);
   CHECK(has(bad.err, "JOURNEY_ROW_PREFETCH='sometimes' is not a choice; expected on or off"));
+}
+
+TEST_CASE("JOURNEY_BF16_PREFILL: the AVX512-BF16 panels on, off or where vdpbf16ps measures faster than f32 FMA (said in bench's kernels); a bad value is an error") {
+  // stories260K as BF16 (journey quantize), a prompt of more than 16 tokens: its products are a prefill
+  const fs::path bf16 = kWork / "stories260K-bf16.gguf";
+  Run made = journey("quantize data/stories260K --type bf16 --out '" + bf16.string() + "'");
+  INFO(made.err);
+  REQUIRE(made.status == 0);
+  const std::string prompt = "generate --model '" + bf16.string() + "' --device cpu --max-tokens 24 --temperature 0 "
+                             "\"Once upon a time there was a little girl named Lily. She loved to play outside in the park with her dog\"";
+  const std::string bench = "bench --model '" + bf16.string() + "' --runs 1 --prompt-tokens 24 --gen-tokens 2 --json";
+  std::map<std::string, std::string> kernels;  // setting ("" unset) -> bench's cpu_kernels
+  for (const std::string value : {"", "on", "off"}) {
+    CAPTURE(value);
+    Run text = journey_with("JOURNEY_BF16_PREFILL", value, prompt), bench_run = journey_with("JOURNEY_BF16_PREFILL", value, bench);
+    INFO(text.err); INFO(bench_run.err);
+    REQUIRE((text.status == 0 && bench_run.status == 0));
+    CHECK(has(text.out, "Once upon a time"));
+    const size_t at = bench_run.out.find("\"cpu_kernels\": \"");
+    REQUIRE(at != std::string::npos);
+    kernels[value] = bench_run.out.substr(at, bench_run.out.find('"', at + 16) - at);
+  }
+  INFO(kernels[""]); INFO(kernels["on"]); INFO(kernels["off"]);
+  const bool amx = has(kernels[""], "+ amx-bf16 prefill");
+  const bool bf16_dot = amx || has(kernels["on"], "+ avx512-bf16 prefill");  // the CPU has vdpbf16ps
+  CHECK(!has(kernels["off"], "+ avx512-bf16 prefill"));
+  if (bf16_dot && !amx) {
+    CHECK(has(kernels["on"], "+ avx512-bf16 prefill (JOURNEY_BF16_PREFILL=on)"));
+    CHECK(has(kernels["off"], "(avx512-bf16 not used: JOURNEY_BF16_PREFILL=off;"));
+    // unset: the panels exactly where the measurement named beside the choice has vdpbf16ps at
+    // least as fast as f32 FMA
+    const std::string measured = "vdpbf16ps ";
+    const size_t at = kernels[""].find(measured);
+    REQUIRE(at != std::string::npos);
+    int bf16_rate = 0, fma_rate = 0;
+    REQUIRE(std::sscanf(kernels[""].c_str() + at + measured.size(), "%d against f32 FMA %d", &bf16_rate, &fma_rate) == 2);
+    CHECK(bf16_rate > 0);
+    CHECK(fma_rate > 0);
+    CHECK(has(kernels[""], "+ avx512-bf16 prefill (vdpbf16ps") == (bf16_rate >= fma_rate));
+    CHECK(has(kernels[""], "(avx512-bf16 not used: vdpbf16ps") == (bf16_rate < fma_rate));
+  }
+  if (!bf16_dot) MESSAGE("this CPU has no AVX512-BF16: the setting changes nothing, the runs compared all the same");
+  Run bad = journey_with("JOURNEY_BF16_PREFILL", "maybe", prompt);
+  CHECK(bad.status != 0);
+  CHECK(has(bad.err, "JOURNEY_BF16_PREFILL='maybe' is not a choice; expected on or off"));
 }
 
 TEST_CASE("JOURNEY_ROW_GROUPS: rows regrouped by 8 at load (said in bench's kernels) give the same greedy text as the rows as stored; a bad value is an error") {
