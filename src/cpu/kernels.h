@@ -130,6 +130,7 @@ struct TokenLaneActivations {
   const int32_t* gsum;  // [in / 16, kLaneTokens] sum of q over each group
   const float* xs;      // [in / 16, kLaneTokens] dx * gsum
   int64_t tokens;       // lanes that hold a token (1 .. kLaneTokens): a kernel may skip the others
+  const uint8_t* qu = nullptr;  // q + 128 (unsigned), the same layout, where made (prefill_q8_0_sums)
 };
 
 struct KernelTable {
@@ -192,6 +193,12 @@ struct KernelTable {
   // results, bit for bit. AVX512-VNNI only (nullptr elsewhere).
   void (*dot_tokens_q8_0_sums)(const void* rows, size_t row_bytes, const int16_t* sums, size_t sums_stride,
                                int count, const TokenLaneActivations& x, int64_t n, float* out);
+  // The same for prefill: `count` (1 .. kPrefillTileRows) rows against `chunks` (1 ..
+  // kPrefillTileChunks) chunks of token lanes x[0 .. chunks) whose unsigned quads `qu` are made;
+  // out [count, chunks, kLaneTokens]. Bit for bit dot_tokens_q8_0_sums per chunk, with fewer
+  // vector operations per vpdpbusd (kernels_impl.inc). AVX512-VNNI only (nullptr elsewhere).
+  void (*prefill_q8_0_sums)(const void* rows, size_t row_bytes, const int16_t* sums, size_t sums_stride, int count,
+                            const TokenLaneActivations* x, int chunks, int64_t n, float* out);
   // One row of n values (a multiple of 32) as Q8_0 activation blocks: q [n], and per group of 16
   // dx (the block's scale), gsum (the sum of its quants) and xs = dx * gsum, [n / 16] each; bit for
   // bit QuantizedInput::quantize's plain loop (block 32). AVX2 and AVX-512; nullptr in the generic
@@ -247,6 +254,7 @@ inline bool has_stored_token_dot(DType type, Isa isa) {
   return type == DType::Q8_0 || ((type == DType::Q4_0 || type == DType::Q4_K) && isa == Isa::Avx512);
 }
 inline constexpr int kStoredTokenRows = 4;  // rows per dot_tokens_stored call
+inline constexpr int kPrefillTileRows = 4, kPrefillTileChunks = 2;  // per prefill_q8_0_sums call
 // The types KernelTable::dot_tokens_grouped multiplies from their row groups: Q4_0 and Q8_0 (a
 // grouped Q4_K matrix puts its rows back as stored for dot_tokens_stored).
 inline bool has_grouped_token_dot(DType type, Isa isa) {

@@ -142,7 +142,7 @@ void QuantizedInput::quantize_portable(const float* x, int64_t T, int64_t in_, i
   }
 }
 
-void QuantizedInput::lay_out_token_lanes(int64_t T, int threads) {
+void QuantizedInput::lay_out_token_lanes(int64_t T, int threads, bool unsigned_quads) {
   constexpr int64_t L = kernels::kLaneTokens;
   const int64_t groups = in / kernels::kGroup, chunks = (T + L - 1) / L;
   lane_tokens = T;
@@ -167,6 +167,11 @@ void QuantizedInput::lay_out_token_lanes(int64_t T, int threads) {
         lane_gsum[size_t(lanes + g * L + t)] = gsum[size_t((first + t) * groups + g)];
       }
     }
+  }
+  lane_u.clear();  // (none from an earlier product)
+  if (unsigned_quads) {
+    lane_u.resize(lane_q.size());
+    for (size_t i = 0; i < lane_q.size(); ++i) lane_u[i] = uint8_t(lane_q[i]) ^ 0x80;  // q + 128
   }
 }
 
@@ -206,6 +211,9 @@ PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<co
     const PrefillPath path = T > kSmallBatchTokens ? prefill_path_of(type, in) : PrefillPath::F32;
     token_pairs_ = token_pairs_ || path == PrefillPath::AmxTiles || path == PrefillPath::Bf16Dot;
     if (path == PrefillPath::Int8Lanes) lane_prefill_ = true;
+    if (path == PrefillPath::Int8Lanes && type == DType::Q8_0 && target.weight.block_sums &&
+        kernels::table(kernels::best_isa()).prefill_q8_0_sums)
+      unsigned_lanes_ = true;
     if (path == PrefillPath::F32 && T > kSmallBatchTokens && !dtype_is_quantized(type)) panels_ = true;
     if (T == 1 && type == DType::BF16 && in % kernels::table(kernels::best_isa()).pair_lanes == 0) x_pairs_ = true;
     if ((T <= kSmallBatchTokens || path == PrefillPath::Int8Lanes) && dtype_is_quantized(type)) {
@@ -220,7 +228,7 @@ PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<co
   token_lanes_ = lane_prefill_ || (T >= kMinLaneTokens && T <= kSmallBatchTokens &&
                                    kernels::table(kernels::best_isa()).dot_tokens);
   if (token_lanes_) {
-    if (q8_0) b_->q8_0.lay_out_token_lanes(T, threads);
+    if (q8_0) b_->q8_0.lay_out_token_lanes(T, threads, unsigned_lanes_);
     if (q8_k) b_->q8_k.lay_out_token_lanes(T, threads);
   }
   // BF16 decode: x in pair order, once per product (every thread and target shares it)
@@ -416,6 +424,28 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     }
     constexpr int kMaxRows = std::max(kernels::kStoredTokenRows, kernels::kTokenRows);
     constexpr int64_t L = kernels::kLaneTokens;
+    if (with_sums && prefill && k.prefill_q8_0_sums && qx.lane_u.size()) {
+      // prefill: tiles of 4 rows x 2 chunks of 16 tokens, the tokens' quads unsigned already
+      constexpr int RT = kernels::kPrefillTileRows, CT = kernels::kPrefillTileChunks;
+      float tile[RT * CT * L];  // [rows, chunks, kLaneTokens]
+      for (int64_t r0 = begin; r0 < end; r0 += RT) {
+        const int rows = int(std::min<int64_t>(RT, end - r0));
+        for (int64_t c0 = 0; c0 < qx.lane_chunks(); c0 += CT) {
+          const int chunks = int(std::min<int64_t>(CT, qx.lane_chunks() - c0));
+          kernels::TokenLaneActivations lanes[CT];
+          for (int c = 0; c < chunks; ++c) lanes[c] = qx.token_lanes(c0 + c);
+          k.prefill_q8_0_sums(weight + r0 * row_bytes, row_bytes, target.weight.block_sums + r0 * sums_per_row,
+                              size_t(sums_per_row), rows, lanes, chunks, in, tile);
+          for (int r = 0; r < rows; ++r) {
+            const float bias = target.bias ? target.bias[r0 + r] : 0.0f;
+            for (int c = 0; c < chunks; ++c)
+              for (int64_t t = 0; t < lanes[c].tokens; ++t)
+                target.y[((c0 + c) * L + t) * out + r0 + r] = bias + tile[(r * chunks + c) * L + t];
+          }
+        }
+      }
+      return;
+    }
     float tile_out[kMaxRows * L];  // [rows, kLaneTokens]
     for (int64_t r0 = begin; r0 < end; r0 += R) {
       const int rows = int(std::min<int64_t>(R, end - r0));

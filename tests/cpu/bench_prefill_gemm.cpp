@@ -16,8 +16,9 @@
 //   journey bf16 .. q4_k journey's own prefill product, cpu::linear as the engine calls it (x rounded
 //                       to bf16 and packed, the weight as stored: bf16, or blocks dequantized to bf16
 //                       panels on the way), on AMX tiles where the CPU has them (kernels line of
-//                       `journey bench`), else AVX512-BF16; without either (AVX2) bf16 on f32
-//                       panels and the block types on the int8 token lanes (x quantized to 8 bits)
+//                       `journey bench`), else AVX512-BF16 where it pays (kernels::bf16_dot_pays);
+//                       without either bf16 on f32 panels and the block types on the int8 token
+//                       lanes (x quantized to 8 bits; Q8_0 with the block sums the engine makes)
 //   kernels             the kernel oneDNN picked, e.g. "brg:avx512_core_amx_bf16" (its brgemm on
 //                       AMX tiles); "packed:" where the packed weight made it pick another
 //
@@ -86,10 +87,17 @@ double journey_linear_gflops(int threads, int64_t M, int64_t K, int64_t N, DType
   } else {
     quant::quantize(type, values.data(), stored.data(), int64_t(values.size()));
   }
+  // Q8_0 with the block sums the engine makes at load where the CPU has their kernels (cpu_backend.cpp)
+  std::vector<int16_t> sums;
+  if (type == DType::Q8_0 && cpu::kernels::table(cpu::kernels::best_isa()).dot_tokens_q8_0_sums) {
+    sums.resize(size_t(N * K / 32));
+    cpu::kernels::q8_0_block_sums(stored.data(), N, K, sums.data());
+  }
+  const cpu::WeightView weight{stored.data(), type, false, sums.empty() ? nullptr : sums.data()};
   double best = 0, spent = 0;
   for (int run = 0; run < 3 || spent < seconds; ++run) {
     const auto t0 = std::chrono::steady_clock::now();
-    cpu::linear(y.data(), x.data(), {stored.data(), type}, nullptr, M, K, N, threads);
+    cpu::linear(y.data(), x.data(), weight, nullptr, M, K, N, threads);
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     spent += t;
     best = std::max(best, 2.0 * double(M) * double(K) * double(N) / t / 1e9);
