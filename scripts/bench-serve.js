@@ -7,7 +7,8 @@
 // batched to the single-stream output rate. Checks that every request got all its tokens and that
 // afterwards every KV block is free (GET /metrics); samples KV slot use under load
 // (filled / allocated slots of used blocks) and reads the engine's step histograms (tokens per
-// step, seconds per step) from /metrics for each phase.
+// step, seconds per step) and the prompt tokens the prefix cache served from /metrics for each
+// phase (a run repeated with the same --seed finds its prompts cached: it says so on stderr).
 //
 //   node scripts/bench-serve.js --url http://127.0.0.1:8000 --key KEY --model NAME \
 //        --single-requests 4 --requests 32 --concurrency 16 --min-out 32 --max-out 128 [--seed 1]
@@ -47,7 +48,8 @@ const metricsOf = async (base) => {
   return { used: get('journey:kv_blocks_used'), allocated: get('journey:kv_slots_allocated'), filled: get('journey:kv_slots_filled'),
            preemptions: get('journey:num_preemptions_total'), running: get('journey:num_requests_running'),
            steps: get('journey:engine_step_seconds_count'), stepSeconds: get('journey:engine_step_seconds_sum'),
-           sampled: get('journey:engine_step_sampled_tokens_sum') };
+           sampled: get('journey:engine_step_sampled_tokens_sum'),
+           prefixHits: get('journey:prefix_cache_hits_total'), prefixQueries: get('journey:prefix_cache_queries_total') };
 };
 // Summed over the servers (counters of a replica that restarted start again from 0).
 const metrics = async () => {
@@ -131,7 +133,15 @@ async function phase(count, width, fixedOut) {
     engine_busy_fraction: steps > 0 ? +((after.stepSeconds - before.stepSeconds) / seconds).toFixed(3) : null,
     kv_slot_fill_under_load: slotSamples.length ? +(slotSamples.reduce((a, b) => a + b, 0) / slotSamples.length).toFixed(4) : null,
     preemptions: after.preemptions - before.preemptions, kv_blocks_used_after: after.used,
+    // prompt tokens whose KV came from the prefix cache: a second run of the same --seed finds its
+    // prompts cached, and its rates are then those of cache hits, not of the prefill
+    prompt_tokens_looked_up: after.prefixQueries - before.prefixQueries,
+    prompt_tokens_from_prefix_cache: after.prefixHits - before.prefixHits,
   };
+  if (report.prompt_tokens_from_prefix_cache > 0)
+    console.error(`note: ${report.prompt_tokens_from_prefix_cache} of ${report.prompt_tokens_looked_up} prompt tokens of this ` +
+                  'phase came from the prefix cache (the same --seed again?): its rates include those hits; for ' +
+                  'prefill and batching alone start the server with --no-prefix-caching or change --seed');
   if (results.length !== next || failures.length > 0 || (!stopping && next !== count) || after.used !== 0) {
     console.error(JSON.stringify(report, null, 2));
     console.error('FAIL: lost requests or KV blocks still in use');

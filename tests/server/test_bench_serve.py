@@ -38,6 +38,23 @@ def main():
             return 1
         report = json.loads(run.stdout)
         problems = []
+        # The same prompts again (the same default --seed): the prefix cache serves their whole
+        # blocks, and the report counts them and says so, since the rates then include those hits.
+        again = subprocess.run(command, capture_output=True, text=True, timeout=240)
+        print(again.stdout, again.stderr, sep="\n")
+        if again.returncode != 0:
+            problems.append(f"bench-serve.js exited with {again.returncode} the second time")
+        else:
+            cached = json.loads(again.stdout)["batched"]
+            first = report["batched"]["prompt_tokens_from_prefix_cache"]
+            if not cached["prompt_tokens_from_prefix_cache"] > first:
+                problems.append(f"the second run's prompts took {cached['prompt_tokens_from_prefix_cache']} tokens "
+                                f"from the prefix cache, the first run's {first}: expected more")
+            if not 0 < cached["prompt_tokens_from_prefix_cache"] <= cached["prompt_tokens_looked_up"]:
+                problems.append(f"prefix cache: {cached['prompt_tokens_from_prefix_cache']} of "
+                                f"{cached['prompt_tokens_looked_up']} prompt tokens")
+            if "came from the prefix cache" not in again.stderr:
+                problems.append("the second run did not say that its prompts came from the prefix cache")
         for phase, count in (("single", 2), ("batched", 8)):
             p = report[phase]
             if p["requests"] != count:
