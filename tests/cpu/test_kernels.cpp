@@ -553,6 +553,19 @@ TEST_CASE("kernels: dot_tokens_stored (Q8_0, Q4_0, Q4_K straight from the stored
     }
 }
 
+// `rows` random Q8_0 rows of n weights ([rows, row_bytes]), row 0's first two blocks at the block
+// sums' extremes (32 x 127 and 32 x -128)
+std::vector<uint8_t> q8_0_rows_with_extreme_sums(int rows, int64_t n, int seed) {
+  std::vector<uint8_t> stored;
+  for (int r = 0; r < rows; ++r) {
+    const auto bytes = quantized(DType::Q8_0, scalar::random_vector(size_t(n), seed + r, 0.5f));
+    stored.insert(stored.end(), bytes.begin(), bytes.end());
+  }
+  auto* block = reinterpret_cast<quant::block_q8_0*>(stored.data());
+  for (int i = 0; i < 32; ++i) block[0].qs[i] = 127, block[1].qs[i] = -128;
+  return stored;
+}
+
 TEST_CASE("kernels: dot_tokens_q8_0_sums (weights signed, tokens + 128, the block sums) equals dot_tokens_stored bit for bit") {
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);
@@ -562,13 +575,8 @@ TEST_CASE("kernels: dot_tokens_q8_0_sums (weights signed, tokens + 128, the bloc
         for (int rows = 1; rows <= cpu::kernels::kStoredTokenRows; ++rows) {
           CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(n); CAPTURE(T); CAPTURE(rows);
           const int64_t blocks = n / 32, row_bytes = dtype_bytes_for(DType::Q8_0, n);
-          std::vector<uint8_t> stored;  // [rows, row_bytes]
-          for (int r = 0; r < rows; ++r) {
-            const auto bytes = quantized(DType::Q8_0, scalar::random_vector(size_t(n), 70 + r, 0.5f));
-            stored.insert(stored.end(), bytes.begin(), bytes.end());
-          }
-          auto* block = reinterpret_cast<quant::block_q8_0*>(stored.data());  // row 0's blocks
-          for (int i = 0; i < 32; ++i) block[0].qs[i] = 127, block[1].qs[i] = -128;  // the sums' extremes
+          std::vector<uint8_t> stored = q8_0_rows_with_extreme_sums(rows, n, 70);  // [rows, row_bytes]
+          const auto* block = reinterpret_cast<const quant::block_q8_0*>(stored.data());  // row 0's blocks
           std::vector<int16_t> sums(size_t(rows * blocks), 12345);
           cpu::kernels::q8_0_block_sums(stored.data(), rows, n, sums.data());
           for (int64_t b = 0; b < rows * blocks; ++b) {
@@ -604,13 +612,7 @@ TEST_CASE("kernels: prefill_q8_0_sums (4 rows x 2 chunks of 16 tokens, unsigned 
         for (int rows = 1; rows <= cpu::kernels::kPrefillTileRows; ++rows) {
           CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(n); CAPTURE(T); CAPTURE(rows);
           const int64_t blocks = n / 32, row_bytes = dtype_bytes_for(DType::Q8_0, n);
-          std::vector<uint8_t> stored;  // [rows, row_bytes]
-          for (int r = 0; r < rows; ++r) {
-            const auto bytes = quantized(DType::Q8_0, scalar::random_vector(size_t(n), 90 + r, 0.5f));
-            stored.insert(stored.end(), bytes.begin(), bytes.end());
-          }
-          auto* block = reinterpret_cast<quant::block_q8_0*>(stored.data());
-          for (int i = 0; i < 32; ++i) block[0].qs[i] = 127, block[1].qs[i] = -128;  // the sums' extremes
+          const std::vector<uint8_t> stored = q8_0_rows_with_extreme_sums(rows, n, 90);  // [rows, row_bytes]
           std::vector<int16_t> sums(size_t(rows * blocks));
           cpu::kernels::q8_0_block_sums(stored.data(), rows, n, sums.data());
           auto x_values = scalar::random_vector(size_t(T * n), 91, 2.0f);
