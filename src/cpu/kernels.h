@@ -193,12 +193,13 @@ struct KernelTable {
   // results, bit for bit. AVX512-VNNI only (nullptr elsewhere).
   void (*dot_tokens_q8_0_sums)(const void* rows, size_t row_bytes, const int16_t* sums, size_t sums_stride,
                                int count, const TokenLaneActivations& x, int64_t n, float* out);
-  // The same for prefill: `count` (1 .. kPrefillTileRows) rows against `chunks` (1 ..
-  // kPrefillTileChunks) chunks of token lanes x[0 .. chunks) whose unsigned quads `qu` are made;
-  // out [count, chunks, kLaneTokens]. Bit for bit dot_tokens_q8_0_sums per chunk, with fewer
-  // vector operations per vpdpbusd (kernels_impl.inc). AVX512-VNNI only (nullptr elsewhere).
+  // The same for prefill: `count` (1 .. kPrefillTileRows) rows against every chunk of token lanes
+  // x[0 .. chunks) (their unsigned quads `qu` made), two chunks at a time; out [count, chunks,
+  // kLaneTokens]; scratch: prefill_q8_0_sums_scratch_floats(n) floats (the rows' scales, once for
+  // all chunks). Bit for bit dot_tokens_q8_0_sums per chunk, with fewer vector operations per
+  // vpdpbusd (kernels_impl.inc). AVX512-VNNI only (nullptr elsewhere).
   void (*prefill_q8_0_sums)(const void* rows, size_t row_bytes, const int16_t* sums, size_t sums_stride, int count,
-                            const TokenLaneActivations* x, int chunks, int64_t n, float* out);
+                            const TokenLaneActivations* x, int chunks, int64_t n, float* out, float* scratch);
   // One row of n values (a multiple of 32) as Q8_0 activation blocks: q [n], and per group of 16
   // dx (the block's scale), gsum (the sum of its quants) and xs = dx * gsum, [n / 16] each; bit for
   // bit QuantizedInput::quantize's plain loop (block 32). AVX2 and AVX-512; nullptr in the generic
@@ -254,7 +255,8 @@ inline bool has_stored_token_dot(DType type, Isa isa) {
   return type == DType::Q8_0 || ((type == DType::Q4_0 || type == DType::Q4_K) && isa == Isa::Avx512);
 }
 inline constexpr int kStoredTokenRows = 4;  // rows per dot_tokens_stored call
-inline constexpr int kPrefillTileRows = 4, kPrefillTileChunks = 2;  // per prefill_q8_0_sums call
+inline constexpr int kPrefillTileRows = 4, kPrefillTileChunks = 2;  // prefill_q8_0_sums: rows per call, chunks per tile
+inline constexpr int64_t prefill_q8_0_sums_scratch_floats(int64_t n) { return 2 * kPrefillTileRows * (n / 32); }
 // The types KernelTable::dot_tokens_grouped multiplies from their row groups: Q4_0 and Q8_0 (a
 // grouped Q4_K matrix puts its rows back as stored for dot_tokens_stored).
 inline bool has_grouped_token_dot(DType type, Isa isa) {

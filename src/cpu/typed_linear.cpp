@@ -23,6 +23,8 @@ struct Scratch {
   std::vector<unsigned char> amx;      // kernels::amx_rows's panel and tiles
   std::vector<unsigned char> panel;    // kernels::panel_rows's f32 panel and sums
   std::vector<unsigned char> stored;   // [kStoredChunkRows, row bytes] rows of a grouped matrix back as stored
+  std::vector<float> prefill_tile;     // kernels::prefill_q8_0_sums's [4, chunks, 16] results and its scratch
+  std::vector<kernels::TokenLaneActivations> lanes;  // [chunks] the token lanes of a prefill
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -425,23 +427,24 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     constexpr int kMaxRows = std::max(kernels::kStoredTokenRows, kernels::kTokenRows);
     constexpr int64_t L = kernels::kLaneTokens;
     if (with_sums && prefill && k.prefill_q8_0_sums && qx.lane_u.size()) {
-      // prefill: tiles of 4 rows x 2 chunks of 16 tokens, the tokens' quads unsigned already
-      constexpr int RT = kernels::kPrefillTileRows, CT = kernels::kPrefillTileChunks;
-      float tile[RT * CT * L];  // [rows, chunks, kLaneTokens]
+      // prefill: tiles of 4 rows against every chunk of 16 tokens, two at a time, the tokens'
+      // quads unsigned already, the rows' scales widened once per tile
+      constexpr int RT = kernels::kPrefillTileRows;
+      const int64_t chunks = qx.lane_chunks();
+      ensure(s.prefill_tile, size_t(RT * chunks * L + kernels::prefill_q8_0_sums_scratch_floats(in)));
+      float* tile = s.prefill_tile.data();  // [rows, chunks, kLaneTokens], then the kernel's scratch
+      std::vector<kernels::TokenLaneActivations>& lanes = s.lanes;
+      lanes.resize(size_t(chunks));
+      for (int64_t c = 0; c < chunks; ++c) lanes[size_t(c)] = qx.token_lanes(c);
       for (int64_t r0 = begin; r0 < end; r0 += RT) {
         const int rows = int(std::min<int64_t>(RT, end - r0));
-        for (int64_t c0 = 0; c0 < qx.lane_chunks(); c0 += CT) {
-          const int chunks = int(std::min<int64_t>(CT, qx.lane_chunks() - c0));
-          kernels::TokenLaneActivations lanes[CT];
-          for (int c = 0; c < chunks; ++c) lanes[c] = qx.token_lanes(c0 + c);
-          k.prefill_q8_0_sums(weight + r0 * row_bytes, row_bytes, target.weight.block_sums + r0 * sums_per_row,
-                              size_t(sums_per_row), rows, lanes, chunks, in, tile);
-          for (int r = 0; r < rows; ++r) {
-            const float bias = target.bias ? target.bias[r0 + r] : 0.0f;
-            for (int c = 0; c < chunks; ++c)
-              for (int64_t t = 0; t < lanes[c].tokens; ++t)
-                target.y[((c0 + c) * L + t) * out + r0 + r] = bias + tile[(r * chunks + c) * L + t];
-          }
+        k.prefill_q8_0_sums(weight + r0 * row_bytes, row_bytes, target.weight.block_sums + r0 * sums_per_row,
+                            size_t(sums_per_row), rows, lanes.data(), int(chunks), in, tile, tile + RT * chunks * L);
+        for (int r = 0; r < rows; ++r) {
+          const float bias = target.bias ? target.bias[r0 + r] : 0.0f;
+          for (int64_t c = 0; c < chunks; ++c)
+            for (int64_t t = 0; t < lanes[size_t(c)].tokens; ++t)
+              target.y[(c * L + t) * out + r0 + r] = bias + tile[(r * chunks + c) * L + t];
         }
       }
       return;

@@ -602,13 +602,13 @@ TEST_CASE("kernels: dot_tokens_q8_0_sums (weights signed, tokens + 128, the bloc
   }
 }
 
-TEST_CASE("kernels: prefill_q8_0_sums (4 rows x 2 chunks of 16 tokens, unsigned token quads) equals dot_tokens_q8_0_sums chunk by chunk, bit for bit") {
+TEST_CASE("kernels: prefill_q8_0_sums (4 rows against every chunk of 16 tokens, two at a time, unsigned token quads) equals dot_tokens_q8_0_sums chunk by chunk, bit for bit") {
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);
     if (!k.prefill_q8_0_sums) continue;  // AVX512-VNNI only
     constexpr int64_t L = cpu::kernels::kLaneTokens;
     for (int64_t n : {96, 544, 2048})  // 3 blocks, one chunk of 16 scales and a tail, 64 blocks
-      for (int64_t T : {17, 32, 45})   // 2 chunks (the second of one token), 2 whole ones, 3 (2 + 1)
+      for (int64_t T : {17, 32, 45, 80})  // chunks: 2 (the second of one token), 2 whole ones, 3 (2 + 1), 5
         for (int rows = 1; rows <= cpu::kernels::kPrefillTileRows; ++rows) {
           CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(n); CAPTURE(T); CAPTURE(rows);
           const int64_t blocks = n / 32, row_bytes = dtype_bytes_for(DType::Q8_0, n);
@@ -622,24 +622,22 @@ TEST_CASE("kernels: prefill_q8_0_sums (4 rows x 2 chunks of 16 tokens, unsigned 
           qx.lay_out_token_lanes(T, 1, /*unsigned_quads=*/true);
           REQUIRE(qx.token_lanes(0).qu != nullptr);
           const int64_t chunks = qx.lane_chunks();
+          std::vector<cpu::kernels::TokenLaneActivations> lanes;
+          for (int64_t c = 0; c < chunks; ++c) lanes.push_back(qx.token_lanes(c));
+          std::vector<float> got(size_t(rows * chunks * L), NAN);  // [rows, chunks, L]
+          std::vector<float> scratch(size_t(cpu::kernels::prefill_q8_0_sums_scratch_floats(n)), NAN);
+          k.prefill_q8_0_sums(stored.data(), size_t(row_bytes), sums.data(), size_t(blocks), rows, lanes.data(), int(chunks),
+                              n, got.data(), scratch.data());
           int64_t compared = 0;
-          for (int64_t c0 = 0; c0 < chunks; c0 += cpu::kernels::kPrefillTileChunks) {
-            const int here = int(std::min<int64_t>(cpu::kernels::kPrefillTileChunks, chunks - c0));
-            cpu::kernels::TokenLaneActivations lanes[cpu::kernels::kPrefillTileChunks];
-            for (int c = 0; c < here; ++c) lanes[c] = qx.token_lanes(c0 + c);
-            std::vector<float> got(size_t(rows * here * L), NAN);  // [rows, chunks, L]
-            k.prefill_q8_0_sums(stored.data(), size_t(row_bytes), sums.data(), size_t(blocks), rows, lanes, here, n,
-                                got.data());
-            for (int c = 0; c < here; ++c) {
-              CAPTURE(c0 + c);
-              std::vector<float> want(size_t(rows * L), NAN);  // [rows, L]
-              k.dot_tokens_q8_0_sums(stored.data(), size_t(row_bytes), sums.data(), size_t(blocks), rows, lanes[c], n,
-                                     want.data());
-              for (int r = 0; r < rows; ++r) {
-                CHECK(std::memcmp(want.data() + r * L, got.data() + (r * here + c) * L, L * sizeof(float)) == 0);
-                CHECK(want[size_t(r * L)] != 0.0f);  // (and not both zero: the rows multiply something)
-                ++compared;
-              }
+          for (int64_t c = 0; c < chunks; ++c) {
+            CAPTURE(c);
+            std::vector<float> want(size_t(rows * L), NAN);  // [rows, L]
+            k.dot_tokens_q8_0_sums(stored.data(), size_t(row_bytes), sums.data(), size_t(blocks), rows, lanes[size_t(c)], n,
+                                   want.data());
+            for (int r = 0; r < rows; ++r) {
+              CHECK(std::memcmp(want.data() + r * L, got.data() + (r * chunks + c) * L, L * sizeof(float)) == 0);
+              CHECK(want[size_t(r * L)] != 0.0f);  // (and not both zero: the rows multiply something)
+              ++compared;
             }
           }
           CHECK(compared == rows * chunks);
