@@ -200,6 +200,10 @@ struct KernelTable {
   // vpdpbusd (kernels_impl.inc). AVX512-VNNI only (nullptr elsewhere).
   void (*prefill_q8_0_sums)(const void* rows, size_t row_bytes, const int16_t* sums, size_t sums_stride, int count,
                             const TokenLaneActivations* x, int chunks, int64_t n, float* out, float* scratch);
+  // The same for Q4_K rows as stored (x as Q8_K lanes, signed): bit for bit dot_tokens_stored
+  // (Q4_K) per chunk; scratch: prefill_q4_k_scratch_floats(n) floats. AVX512-VNNI only.
+  void (*prefill_q4_k)(const void* rows, size_t row_bytes, int count, const TokenLaneActivations* x, int chunks,
+                       int64_t n, float* out, float* scratch);
   // One row of n values (a multiple of 32) as Q8_0 activation blocks: q [n], and per group of 16
   // dx (the block's scale), gsum (the sum of its quants) and xs = dx * gsum, [n / 16] each; bit for
   // bit QuantizedInput::quantize's plain loop (block 32). AVX2 and AVX-512; nullptr in the generic
@@ -257,6 +261,7 @@ inline bool has_stored_token_dot(DType type, Isa isa) {
 inline constexpr int kStoredTokenRows = 4;  // rows per dot_tokens_stored call
 inline constexpr int kPrefillTileRows = 4, kPrefillTileChunks = 2;  // prefill_q8_0_sums: rows per call, chunks per tile
 inline constexpr int64_t prefill_q8_0_sums_scratch_floats(int64_t n) { return 2 * kPrefillTileRows * (n / 32); }
+inline constexpr int64_t prefill_q4_k_scratch_floats(int64_t n) { return 2 * kPrefillTileRows * (n / 32); }
 // The types KernelTable::dot_tokens_grouped multiplies from their row groups: Q4_0 and Q8_0 (a
 // grouped Q4_K matrix puts its rows back as stored for dot_tokens_stored).
 inline bool has_grouped_token_dot(DType type, Isa isa) {

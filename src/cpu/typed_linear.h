@@ -17,8 +17,8 @@
 //   block types   x -> Q8_0 / Q8_K, integer dots           the same on panels dequantized to bf16;
 //                 (vpdpbusd on AVX512-VNNI, vpmaddubsw on   without them the token lanes of
 //                 AVX2; from a few tokens: all in register  batched decode, 16 tokens at a time
-//                 lanes, on AVX512-VNNI Q8_0, Q4_0 and      (Q8_0 with block sums: 32 at a time,
-//                 Q4_K read as stored — Q8_0 with the       kernels::prefill_q8_0_sums; without
+//                 lanes, on AVX512-VNNI Q8_0, Q4_0 and      (Q8_0 with block sums, Q4_K: 32 at a
+//                 Q4_K read as stored — Q8_0 with the       time, kernels::prefill_*; without
 //                 weights' block sums made at load —,     AVX2: panels in f32)
 //                 the others unpacked)
 //

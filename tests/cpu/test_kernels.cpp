@@ -647,6 +647,53 @@ TEST_CASE("kernels: prefill_q8_0_sums (4 rows against every chunk of 16 tokens, 
   }
 }
 
+TEST_CASE("kernels: prefill_q4_k (4 rows against every chunk of 16 tokens, two at a time) equals dot_tokens_stored's Q4_K chunk by chunk, bit for bit") {
+  for (Isa isa : supported_isas()) {
+    const auto& k = cpu::kernels::table(isa);
+    if (!k.prefill_q4_k) continue;  // AVX512-VNNI only
+    constexpr int64_t L = cpu::kernels::kLaneTokens;
+    for (int64_t n : {256, 768, 2048})
+      for (int64_t T : {17, 32, 45, 80})  // chunks: 2 (the second of one token), 2 whole ones, 3 (2 + 1), 5
+        for (int rows = 1; rows <= cpu::kernels::kPrefillTileRows; ++rows) {
+          CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(n); CAPTURE(T); CAPTURE(rows);
+          const int64_t row_bytes = dtype_bytes_for(DType::Q4_K, n);
+          std::vector<uint8_t> stored;  // [rows, row_bytes]
+          for (int r = 0; r < rows; ++r) {
+            const auto bytes = quantized(DType::Q4_K, scalar::random_vector(size_t(n), 110 + r, 0.5f));
+            stored.insert(stored.end(), bytes.begin(), bytes.end());
+          }
+          // the last row's scales, minimums and quants random bytes: every 6-bit scale and minimum,
+          // every nibble (d, dmin kept finite)
+          std::mt19937 bytes(int(n + T + rows));
+          auto* last = reinterpret_cast<quant::block_q4_k*>(stored.data() + (rows - 1) * row_bytes);
+          for (int64_t sb = 0; sb < n / 256; ++sb) {
+            for (uint8_t& b : last[sb].scales) b = uint8_t(bytes());
+            for (uint8_t& b : last[sb].qs) b = uint8_t(bytes());
+            last[sb].d = f32_to_f16(0.01f), last[sb].dmin = f32_to_f16(0.02f);
+          }
+          const auto x_values = scalar::random_vector(size_t(T * n), 111, 2.0f);
+          cpu::QuantizedInput qx;
+          qx.quantize(x_values.data(), T, n, 256);
+          qx.lay_out_token_lanes(T);
+          const int64_t chunks = qx.lane_chunks();
+          std::vector<cpu::kernels::TokenLaneActivations> lanes;
+          for (int64_t c = 0; c < chunks; ++c) lanes.push_back(qx.token_lanes(c));
+          std::vector<float> got(size_t(rows * chunks * L), NAN);  // [rows, chunks, L]
+          std::vector<float> scratch(size_t(cpu::kernels::prefill_q4_k_scratch_floats(n)), NAN);
+          k.prefill_q4_k(stored.data(), size_t(row_bytes), rows, lanes.data(), int(chunks), n, got.data(), scratch.data());
+          for (int64_t c = 0; c < chunks; ++c) {
+            CAPTURE(c);
+            std::vector<float> want(size_t(rows * L), NAN);  // [rows, L]
+            k.dot_tokens_stored(DType::Q4_K, stored.data(), size_t(row_bytes), rows, lanes[size_t(c)], n, want.data());
+            for (int r = 0; r < rows; ++r) {
+              CHECK(std::memcmp(want.data() + r * L, got.data() + (r * chunks + c) * L, L * sizeof(float)) == 0);
+              CHECK(want[size_t(r * L)] != 0.0f);  // (the rows multiply something)
+            }
+          }
+        }
+  }
+}
+
 TEST_CASE("kernels: the f16 and bf16 small-batch kernels equal the f32 one on the widened weights, and the product") {
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);
