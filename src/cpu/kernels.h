@@ -195,13 +195,13 @@ struct KernelTable {
                                int count, const TokenLaneActivations& x, int64_t n, float* out);
   // The same for prefill: `count` (1 .. kPrefillTileRows) rows against every chunk of token lanes
   // x[0 .. chunks) (their unsigned quads `qu` made), two chunks at a time; out [count, chunks,
-  // kLaneTokens]; scratch: prefill_q8_0_sums_scratch_floats(n) floats (the rows' scales, once for
+  // kLaneTokens]; scratch: prefill_scratch_floats(n) floats (the rows' scales, once for
   // all chunks). Bit for bit dot_tokens_q8_0_sums per chunk, with fewer vector operations per
   // vpdpbusd (kernels_impl.inc). AVX512-VNNI only (nullptr elsewhere).
   void (*prefill_q8_0_sums)(const void* rows, size_t row_bytes, const int16_t* sums, size_t sums_stride, int count,
                             const TokenLaneActivations* x, int chunks, int64_t n, float* out, float* scratch);
   // The same for Q4_K rows as stored (x as Q8_K lanes, signed): bit for bit dot_tokens_stored
-  // (Q4_K) per chunk; scratch: prefill_q4_k_scratch_floats(n) floats. AVX512-VNNI only.
+  // (Q4_K) per chunk; scratch: prefill_scratch_floats(n) floats. AVX512-VNNI only.
   void (*prefill_q4_k)(const void* rows, size_t row_bytes, int count, const TokenLaneActivations* x, int chunks,
                        int64_t n, float* out, float* scratch);
   // One row of n values (a multiple of 32) as Q8_0 activation blocks: q [n], and per group of 16
@@ -260,8 +260,9 @@ inline bool has_stored_token_dot(DType type, Isa isa) {
 }
 inline constexpr int kStoredTokenRows = 4;  // rows per dot_tokens_stored call
 inline constexpr int kPrefillTileRows = 4, kPrefillTileChunks = 2;  // prefill_q8_0_sums: rows per call, chunks per tile
-inline constexpr int64_t prefill_q8_0_sums_scratch_floats(int64_t n) { return 2 * kPrefillTileRows * (n / 32); }
-inline constexpr int64_t prefill_q4_k_scratch_floats(int64_t n) { return 2 * kPrefillTileRows * (n / 32); }
+// prefill_q8_0_sums's and prefill_q4_k's scratch: two f32 (or int32) values per block of 32 and row
+// (Q8_0: scale and sum start; Q4_K: scale and minimum of each sub-block)
+inline constexpr int64_t prefill_scratch_floats(int64_t n) { return 2 * kPrefillTileRows * (n / 32); }
 // The types KernelTable::dot_tokens_grouped multiplies from their row groups: Q4_0 and Q8_0 (a
 // grouped Q4_K matrix puts its rows back as stored for dot_tokens_stored).
 inline bool has_grouped_token_dot(DType type, Isa isa) {

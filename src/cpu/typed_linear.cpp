@@ -152,6 +152,8 @@ void QuantizedInput::lay_out_token_lanes(int64_t T, int threads, bool unsigned_q
   lane_dx.assign(size_t(chunks * groups * L), 0.0f);
   lane_xs.assign(size_t(chunks * groups * L), 0.0f);
   lane_gsum.assign(size_t(chunks * groups * L), 0);
+  lane_u.clear();  // (none from an earlier product)
+  if (unsigned_quads) lane_u.resize(lane_q.size());
   // quad k of group g of token t (4 bytes) goes to lane t % L of row (g, k) of chunk t / L: whole
   // quads, not bytes
 #pragma omp parallel for num_threads(threads) schedule(static) if (quantize_in_parallel(threads, T, in))
@@ -169,11 +171,10 @@ void QuantizedInput::lay_out_token_lanes(int64_t T, int threads, bool unsigned_q
         lane_gsum[size_t(lanes + g * L + t)] = gsum[size_t((first + t) * groups + g)];
       }
     }
-  }
-  lane_u.clear();  // (none from an earlier product)
-  if (unsigned_quads) {
-    lane_u.resize(lane_q.size());
-    for (size_t i = 0; i < lane_q.size(); ++i) lane_u[i] = uint8_t(lane_q[i]) ^ 0x80;  // q + 128
+    if (unsigned_quads) {  // the chunk's quads + 128, by the thread that laid them out
+      uint8_t* chunk_u = lane_u.data() + c * groups * 4 * L * 4;
+      for (int64_t i = 0; i < groups * 4 * L * 4; ++i) chunk_u[i] = uint8_t(chunk_q[i]) ^ 0x80;
+    }
   }
 }
 
@@ -433,9 +434,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
       // decoded once per tile (Q8_0: the tokens' quads unsigned already)
       constexpr int RT = kernels::kPrefillTileRows;
       const int64_t chunks = qx.lane_chunks();
-      const int64_t scratch_floats = q8_0_tiles ? kernels::prefill_q8_0_sums_scratch_floats(in)
-                                                : kernels::prefill_q4_k_scratch_floats(in);
-      ensure(s.prefill_tile, size_t(RT * chunks * L + scratch_floats));
+      ensure(s.prefill_tile, size_t(RT * chunks * L + kernels::prefill_scratch_floats(in)));
       float* tile = s.prefill_tile.data();  // [rows, chunks, kLaneTokens], then the kernel's scratch
       float* kernel_scratch = tile + RT * chunks * L;
       std::vector<kernels::TokenLaneActivations>& lanes = s.lanes;

@@ -625,7 +625,7 @@ TEST_CASE("kernels: prefill_q8_0_sums (4 rows against every chunk of 16 tokens, 
           std::vector<cpu::kernels::TokenLaneActivations> lanes;
           for (int64_t c = 0; c < chunks; ++c) lanes.push_back(qx.token_lanes(c));
           std::vector<float> got(size_t(rows * chunks * L), NAN);  // [rows, chunks, L]
-          std::vector<float> scratch(size_t(cpu::kernels::prefill_q8_0_sums_scratch_floats(n)), NAN);
+          std::vector<float> scratch(size_t(cpu::kernels::prefill_scratch_floats(n)), NAN);
           k.prefill_q8_0_sums(stored.data(), size_t(row_bytes), sums.data(), size_t(blocks), rows, lanes.data(), int(chunks),
                               n, got.data(), scratch.data());
           int64_t compared = 0;
@@ -679,7 +679,7 @@ TEST_CASE("kernels: prefill_q4_k (4 rows against every chunk of 16 tokens, two a
           std::vector<cpu::kernels::TokenLaneActivations> lanes;
           for (int64_t c = 0; c < chunks; ++c) lanes.push_back(qx.token_lanes(c));
           std::vector<float> got(size_t(rows * chunks * L), NAN);  // [rows, chunks, L]
-          std::vector<float> scratch(size_t(cpu::kernels::prefill_q4_k_scratch_floats(n)), NAN);
+          std::vector<float> scratch(size_t(cpu::kernels::prefill_scratch_floats(n)), NAN);
           k.prefill_q4_k(stored.data(), size_t(row_bytes), rows, lanes.data(), int(chunks), n, got.data(), scratch.data());
           for (int64_t c = 0; c < chunks; ++c) {
             CAPTURE(c);
