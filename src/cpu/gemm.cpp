@@ -147,13 +147,16 @@ bool has_amx() {
 }
 
 namespace {
-// JOURNEY_ROW_PREFETCH: 1 on, 0 off, -1 not set, -2 a value that is neither (kernel_choice fails)
-int row_prefetch_override() {
-  const char* value = std::getenv("JOURNEY_ROW_PREFETCH");
+// An on/off kernel choice from the environment: 1 on, 0 off, -1 not set (or empty), -2 a value that
+// is neither (kernel_choice fails, naming it)
+int on_off_setting(const char* name) {
+  const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return -1;
   const std::string_view v(value);
   return v == "on" ? 1 : v == "off" ? 0 : -2;
 }
+// JOURNEY_ROW_PREFETCH: 1 on, 0 off, -1 not set (this CPU's choice), -2 neither
+int row_prefetch_override() { return on_off_setting("JOURNEY_ROW_PREFETCH"); }
 bool choose_row_stream_prefetch() {
   const int forced = row_prefetch_override();
   if (forced >= 0) return forced == 1;
@@ -173,10 +176,8 @@ namespace {
 // JOURNEY_INT8_PREFILL: 1 on (or not set), 0 off, -2 a value that is neither (kernel_choice fails)
 int int8_prefill_setting() {
   static const int setting = [] {
-    const char* value = std::getenv("JOURNEY_INT8_PREFILL");
-    if (value == nullptr || *value == '\0') return 1;
-    const std::string_view v(value);
-    return v == "on" ? 1 : v == "off" ? 0 : -2;
+    const int chosen = on_off_setting("JOURNEY_INT8_PREFILL");
+    return chosen == -1 ? 1 : chosen;
   }();
   return setting;
 }
@@ -190,12 +191,7 @@ bool int8_lanes_before_bf16(DType type) {
 namespace {
 // JOURNEY_BF16_PREFILL: 1 on, 0 off, -1 not set (measured), -2 a value that is neither (kernel_choice fails)
 int bf16_prefill_setting() {
-  static const int setting = [] {
-    const char* value = std::getenv("JOURNEY_BF16_PREFILL");
-    if (value == nullptr || *value == '\0') return -1;
-    const std::string_view v(value);
-    return v == "on" ? 1 : v == "off" ? 0 : -2;
-  }();
+  static const int setting = on_off_setting("JOURNEY_BF16_PREFILL");
   return setting;
 }
 }  // namespace
