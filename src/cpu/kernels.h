@@ -133,6 +133,17 @@ struct TokenLaneActivations {
   const uint8_t* qu = nullptr;  // q + 128 (unsigned), the same layout, where made (prefill_q8_0_sums)
 };
 
+// Where a prefill kernel (KernelTable::prefill_q8_0_sums, prefill_q4_k) puts its results: token t
+// of chunk c, row r at y[(16 c + t) * stride + r] = bias[r] + the product (0.0f + it without a
+// bias), for the x[c].tokens tokens of each chunk and the call's rows; nothing else is written.
+// Each token's rows of one call are one 64-byte line of y (kPrefillRows of them, a tile of rows
+// transposed in registers), instead of a scalar store per row and token `stride` floats apart.
+struct PrefillOutput {
+  float* y;         // [tokens, stride], at the call's first token and row
+  int64_t stride;   // floats from one token's row of y to the next (the product's `out`)
+  const float* bias;  // [count] or nullptr
+};
+
 struct KernelTable {
   // Unpack n weights (whole blocks) of one row of a block type: q [n] raw unsigned quants,
   // s and o [n / 16] (see above).
@@ -193,17 +204,19 @@ struct KernelTable {
   // results, bit for bit. AVX512-VNNI only (nullptr elsewhere).
   void (*dot_tokens_q8_0_sums)(const void* rows, size_t row_bytes, const int16_t* sums, size_t sums_stride,
                                int count, const TokenLaneActivations& x, int64_t n, float* out);
-  // The same for prefill: `count` (1 .. kPrefillTileRows) rows against every chunk of token lanes
-  // x[0 .. chunks) (their unsigned quads `qu` made), two chunks at a time; out [count, chunks,
-  // kLaneTokens]; scratch: prefill_scratch_floats(n) floats (the rows' scales, once for
-  // all chunks). Bit for bit dot_tokens_q8_0_sums per chunk, with fewer vector operations per
-  // vpdpbusd (kernels_impl.inc). AVX512-VNNI only (nullptr elsewhere).
+  // The same for prefill: `count` (1 .. kPrefillRows) rows against every chunk of token lanes
+  // x[0 .. chunks) (their unsigned quads `qu` made), in tiles of kPrefillTileRows rows x two
+  // chunks, written to `y` as PrefillOutput says; scratch: prefill_scratch_floats(n, chunks)
+  // floats (the rows' scales, once for all chunks, and the tiles' results). Bit for bit
+  // dot_tokens_q8_0_sums per chunk (plus the bias), with fewer vector operations per vpdpbusd
+  // (kernels_impl.inc). AVX512-VNNI only (nullptr elsewhere).
   void (*prefill_q8_0_sums)(const void* rows, size_t row_bytes, const int16_t* sums, size_t sums_stride, int count,
-                            const TokenLaneActivations* x, int chunks, int64_t n, float* out, float* scratch);
+                            const TokenLaneActivations* x, int chunks, int64_t n, const PrefillOutput& y,
+                            float* scratch);
   // The same for Q4_K rows as stored (x as Q8_K lanes, signed): bit for bit dot_tokens_stored
-  // (Q4_K) per chunk; scratch: prefill_scratch_floats(n) floats. AVX512-VNNI only.
+  // (Q4_K) per chunk (plus the bias). AVX512-VNNI only.
   void (*prefill_q4_k)(const void* rows, size_t row_bytes, int count, const TokenLaneActivations* x, int chunks,
-                       int64_t n, float* out, float* scratch);
+                       int64_t n, const PrefillOutput& y, float* scratch);
   // One row of n values (a multiple of 32) as Q8_0 activation blocks: q [n], and per group of 16
   // dx (the block's scale), gsum (the sum of its quants) and xs = dx * gsum, [n / 16] each; bit for
   // bit QuantizedInput::quantize's plain loop (block 32). AVX2 and AVX-512; nullptr in the generic
@@ -259,10 +272,22 @@ inline bool has_stored_token_dot(DType type, Isa isa) {
   return type == DType::Q8_0 || ((type == DType::Q4_0 || type == DType::Q4_K) && isa == Isa::Avx512);
 }
 inline constexpr int kStoredTokenRows = 4;  // rows per dot_tokens_stored call
-inline constexpr int kPrefillTileRows = 4, kPrefillTileChunks = 2;  // prefill_q8_0_sums: rows per call, chunks per tile
-// prefill_q8_0_sums's and prefill_q4_k's scratch: two f32 (or int32) values per block of 32 and row
-// (Q8_0: scale and sum start; Q4_K: scale and minimum of each sub-block)
-inline constexpr int64_t prefill_scratch_floats(int64_t n) { return 2 * kPrefillTileRows * (n / 32); }
+// prefill_q8_0_sums and prefill_q4_k: rows per call (one 64-byte line of y per token), rows and
+// chunks of 16 tokens per register tile
+inline constexpr int kPrefillRows = 16, kPrefillTileRows = 4, kPrefillTileChunks = 2;
+// Their scratch: two f32 (or int32) values per block of 32 and row (Q8_0: scale and sum start;
+// Q4_K: scale and minimum of each sub-block), then the results [kPrefillRows, chunks, 16]
+inline constexpr int64_t prefill_scratch_floats(int64_t n, int64_t chunks) {
+  return 2 * kPrefillRows * (n / 32) + kPrefillRows * chunks * kLaneTokens;
+}
+// The chunks of 16 tokens a prefill kernel is given at once: as many as keep their n-byte
+// token quads within 512 KiB (a quarter to a half of the L2 of the CPUs measured), at least two.
+// Every tile of rows reads all of them again, so from L2 they stream at the kernels' rate, where
+// 512 tokens of a 5632-wide product (2.9 MB) spilled to L3 and halved it (docs/performance.md).
+inline constexpr int64_t prefill_chunks_per_call(int64_t n) {
+  const int64_t chunks = (int64_t(512) << 10) / (kLaneTokens * n);
+  return chunks < 2 ? 2 : chunks / 2 * 2;
+}
 // The types KernelTable::dot_tokens_grouped multiplies from their row groups: Q4_0 and Q8_0 (a
 // grouped Q4_K matrix puts its rows back as stored for dot_tokens_stored).
 inline bool has_grouped_token_dot(DType type, Isa isa) {

@@ -23,7 +23,7 @@ struct Scratch {
   std::vector<unsigned char> amx;      // kernels::amx_rows's panel and tiles
   std::vector<unsigned char> panel;    // kernels::panel_rows's f32 panel and sums
   std::vector<unsigned char> stored;   // [kStoredChunkRows, row bytes] rows of a grouped matrix back as stored
-  std::vector<float> prefill_tile;     // kernels::prefill_q8_0_sums's / prefill_q4_k's [4, chunks, 16] results and scratch
+  std::vector<float> prefill_scratch;  // kernels::prefill_q8_0_sums's / prefill_q4_k's scratch
   std::vector<kernels::TokenLaneActivations> lanes;  // [chunks] the token lanes of a prefill
 };
 Scratch& scratch() {
@@ -430,28 +430,26 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     const bool q8_0_tiles = with_sums && k.prefill_q8_0_sums && qx.lane_u.size();
     const bool q4_k_tiles = stored && type == DType::Q4_K && k.prefill_q4_k;
     if (prefill && (q8_0_tiles || q4_k_tiles)) {
-      // prefill: tiles of 4 rows against every chunk of 16 tokens, two at a time, the rows' scales
-      // decoded once per tile (Q8_0: the tokens' quads unsigned already)
-      constexpr int RT = kernels::kPrefillTileRows;
-      const int64_t chunks = qx.lane_chunks();
-      ensure(s.prefill_tile, size_t(RT * chunks * L + kernels::prefill_scratch_floats(in)));
-      float* tile = s.prefill_tile.data();  // [rows, chunks, kLaneTokens], then the kernel's scratch
-      float* kernel_scratch = tile + RT * chunks * L;
+      // prefill: kPrefillRows rows at a time against the chunks of 16 tokens that fit L2
+      // (prefill_chunks_per_call), in tiles of 4 rows x 2 chunks, the rows' scales decoded once
+      // per call (Q8_0: the tokens' quads unsigned already); each call writes its rows into y
+      constexpr int RT = kernels::kPrefillRows;
+      const int64_t chunks = qx.lane_chunks(), per_call = kernels::prefill_chunks_per_call(in);
+      ensure(s.prefill_scratch, size_t(kernels::prefill_scratch_floats(in, std::min(chunks, per_call))));
       std::vector<kernels::TokenLaneActivations>& lanes = s.lanes;
       lanes.resize(size_t(chunks));
       for (int64_t c = 0; c < chunks; ++c) lanes[size_t(c)] = qx.token_lanes(c);
-      for (int64_t r0 = begin; r0 < end; r0 += RT) {
-        const int rows = int(std::min<int64_t>(RT, end - r0));
-        if (q8_0_tiles)
-          k.prefill_q8_0_sums(weight + r0 * row_bytes, row_bytes, target.weight.block_sums + r0 * sums_per_row,
-                              size_t(sums_per_row), rows, lanes.data(), int(chunks), in, tile, kernel_scratch);
-        else
-          k.prefill_q4_k(weight + r0 * row_bytes, row_bytes, rows, lanes.data(), int(chunks), in, tile, kernel_scratch);
-        for (int r = 0; r < rows; ++r) {
-          const float bias = target.bias ? target.bias[r0 + r] : 0.0f;
-          for (int64_t c = 0; c < chunks; ++c)
-            for (int64_t t = 0; t < lanes[size_t(c)].tokens; ++t)
-              target.y[(c * L + t) * out + r0 + r] = bias + tile[(r * chunks + c) * L + t];
+      for (int64_t c0 = 0; c0 < chunks; c0 += per_call) {
+        const int call_chunks = int(std::min(per_call, chunks - c0));
+        for (int64_t r0 = begin; r0 < end; r0 += RT) {
+          const int rows = int(std::min<int64_t>(RT, end - r0));
+          const kernels::PrefillOutput y{target.y + c0 * L * out + r0, out, target.bias ? target.bias + r0 : nullptr};
+          if (q8_0_tiles)
+            k.prefill_q8_0_sums(weight + r0 * row_bytes, row_bytes, target.weight.block_sums + r0 * sums_per_row,
+                                size_t(sums_per_row), rows, lanes.data() + c0, call_chunks, in, y, s.prefill_scratch.data());
+          else
+            k.prefill_q4_k(weight + r0 * row_bytes, row_bytes, rows, lanes.data() + c0, call_chunks, in, y,
+                           s.prefill_scratch.data());
         }
       }
       return;

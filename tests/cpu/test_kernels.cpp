@@ -602,14 +602,42 @@ TEST_CASE("kernels: dot_tokens_q8_0_sums (weights signed, tokens + 128, the bloc
   }
 }
 
-TEST_CASE("kernels: prefill_q8_0_sums (4 rows against every chunk of 16 tokens, two at a time, unsigned token quads) equals dot_tokens_q8_0_sums chunk by chunk, bit for bit") {
+// A prefill kernel's y (PrefillOutput, `stride` floats a token, NaN where it must not write)
+// against the batched-decode kernel's results of each chunk and up to 4 rows, want(r0, rows, c,
+// out [rows, kLaneTokens]), plus `bias`: equal bit for bit where written, untouched elsewhere.
+// Returns the rows x tokens compared.
+template <typename Want>
+int64_t check_prefill_output(const std::vector<float>& y, int64_t stride, int rows, int64_t T, const float* bias,
+                             Want&& want_of) {
+  constexpr int64_t L = cpu::kernels::kLaneTokens;
+  int64_t compared = 0;
+  for (int64_t c = 0; c * L < T; ++c)
+    for (int r0 = 0; r0 < rows; r0 += cpu::kernels::kStoredTokenRows) {
+      const int here = std::min(cpu::kernels::kStoredTokenRows, rows - r0);
+      std::vector<float> want(size_t(here * L), NAN);  // [here, L]
+      want_of(r0, here, c, want.data());
+      for (int r = 0; r < here; ++r)
+        for (int64_t t = 0; t < L && c * L + t < T; ++t) {
+          CAPTURE(c); CAPTURE(r0 + r); CAPTURE(t);
+          const float expected = (bias ? bias[r0 + r] : 0.0f) + want[size_t(r * L + t)];
+          const float got = y[size_t((c * L + t) * stride + r0 + r)];
+          CHECK(std::memcmp(&expected, &got, sizeof got) == 0);
+          if (t == 0) CHECK(want[size_t(r * L)] != 0.0f);  // (and not zero: the rows multiply something)
+          ++compared;
+        }
+    }
+  for (int64_t t = 0; t < int64_t(y.size()) / stride; ++t)  // nothing past the call's rows and tokens
+    for (int64_t r = t < T ? rows : 0; r < stride; ++r) CHECK(std::isnan(y[size_t(t * stride + r)]));
+  return compared;
+}
+
+TEST_CASE("kernels: prefill_q8_0_sums (up to 16 rows against every chunk of 16 tokens, tiles of 4 rows x 2 chunks, unsigned token quads) equals dot_tokens_q8_0_sums chunk by chunk, bit for bit, written transposed into y") {
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);
     if (!k.prefill_q8_0_sums) continue;  // AVX512-VNNI only
-    constexpr int64_t L = cpu::kernels::kLaneTokens;
     for (int64_t n : {96, 544, 2048})  // 3 blocks, one chunk of 16 scales and a tail, 64 blocks
       for (int64_t T : {17, 32, 45, 80})  // chunks: 2 (the second of one token), 2 whole ones, 3 (2 + 1), 5
-        for (int rows = 1; rows <= cpu::kernels::kPrefillTileRows; ++rows) {
+        for (int rows : {1, 2, 3, 4, 5, 7, 16}) {  // a tile and less, tiles and a tail, kPrefillRows
           CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(n); CAPTURE(T); CAPTURE(rows);
           const int64_t blocks = n / 32, row_bytes = dtype_bytes_for(DType::Q8_0, n);
           const std::vector<uint8_t> stored = q8_0_rows_with_extreme_sums(rows, n, 90);  // [rows, row_bytes]
@@ -624,37 +652,31 @@ TEST_CASE("kernels: prefill_q8_0_sums (4 rows against every chunk of 16 tokens, 
           const int64_t chunks = qx.lane_chunks();
           std::vector<cpu::kernels::TokenLaneActivations> lanes;
           for (int64_t c = 0; c < chunks; ++c) lanes.push_back(qx.token_lanes(c));
-          std::vector<float> got(size_t(rows * chunks * L), NAN);  // [rows, chunks, L]
-          std::vector<float> scratch(size_t(cpu::kernels::prefill_scratch_floats(n)), NAN);
-          k.prefill_q8_0_sums(stored.data(), size_t(row_bytes), sums.data(), size_t(blocks), rows, lanes.data(), int(chunks),
-                              n, got.data(), scratch.data());
-          int64_t compared = 0;
-          for (int64_t c = 0; c < chunks; ++c) {
-            CAPTURE(c);
-            std::vector<float> want(size_t(rows * L), NAN);  // [rows, L]
-            k.dot_tokens_q8_0_sums(stored.data(), size_t(row_bytes), sums.data(), size_t(blocks), rows, lanes[size_t(c)], n,
-                                   want.data());
-            for (int r = 0; r < rows; ++r) {
-              CHECK(std::memcmp(want.data() + r * L, got.data() + (r * chunks + c) * L, L * sizeof(float)) == 0);
-              CHECK(want[size_t(r * L)] != 0.0f);  // (and not both zero: the rows multiply something)
-              ++compared;
-            }
-          }
-          CHECK(compared == rows * chunks);
+          const int64_t stride = rows + 3;
+          const std::vector<float> bias = scalar::random_vector(size_t(rows), 92, 1.0f);
+          const float* with_bias = rows % 2 ? bias.data() : nullptr;  // with and without one
+          std::vector<float> y(size_t(chunks * cpu::kernels::kLaneTokens * stride), NAN);  // [chunks x 16, stride]
+          std::vector<float> scratch(size_t(cpu::kernels::prefill_scratch_floats(n, chunks)), NAN);
+          k.prefill_q8_0_sums(stored.data(), size_t(row_bytes), sums.data(), size_t(blocks), rows, lanes.data(),
+                              int(chunks), n, {y.data(), stride, with_bias}, scratch.data());
+          const int64_t compared = check_prefill_output(y, stride, rows, T, with_bias, [&](int r0, int here, int64_t c, float* want) {
+            k.dot_tokens_q8_0_sums(stored.data() + r0 * row_bytes, size_t(row_bytes), sums.data() + r0 * blocks,
+                                   size_t(blocks), here, lanes[size_t(c)], n, want);
+          });
+          CHECK(compared == rows * T);
           qx.lay_out_token_lanes(T);  // not asked for: no unsigned quads left from before
           CHECK(qx.token_lanes(0).qu == nullptr);
         }
   }
 }
 
-TEST_CASE("kernels: prefill_q4_k (4 rows against every chunk of 16 tokens, two at a time) equals dot_tokens_stored's Q4_K chunk by chunk, bit for bit") {
+TEST_CASE("kernels: prefill_q4_k (up to 16 rows against every chunk of 16 tokens, tiles of 4 rows x 2 chunks) equals dot_tokens_stored's Q4_K chunk by chunk, bit for bit, written transposed into y") {
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);
     if (!k.prefill_q4_k) continue;  // AVX512-VNNI only
-    constexpr int64_t L = cpu::kernels::kLaneTokens;
     for (int64_t n : {256, 768, 2048})
       for (int64_t T : {17, 32, 45, 80})  // chunks: 2 (the second of one token), 2 whole ones, 3 (2 + 1), 5
-        for (int rows = 1; rows <= cpu::kernels::kPrefillTileRows; ++rows) {
+        for (int rows : {1, 3, 4, 6, 16}) {
           CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(n); CAPTURE(T); CAPTURE(rows);
           const int64_t row_bytes = dtype_bytes_for(DType::Q4_K, n);
           std::vector<uint8_t> stored;  // [rows, row_bytes]
@@ -678,18 +700,17 @@ TEST_CASE("kernels: prefill_q4_k (4 rows against every chunk of 16 tokens, two a
           const int64_t chunks = qx.lane_chunks();
           std::vector<cpu::kernels::TokenLaneActivations> lanes;
           for (int64_t c = 0; c < chunks; ++c) lanes.push_back(qx.token_lanes(c));
-          std::vector<float> got(size_t(rows * chunks * L), NAN);  // [rows, chunks, L]
-          std::vector<float> scratch(size_t(cpu::kernels::prefill_scratch_floats(n)), NAN);
-          k.prefill_q4_k(stored.data(), size_t(row_bytes), rows, lanes.data(), int(chunks), n, got.data(), scratch.data());
-          for (int64_t c = 0; c < chunks; ++c) {
-            CAPTURE(c);
-            std::vector<float> want(size_t(rows * L), NAN);  // [rows, L]
-            k.dot_tokens_stored(DType::Q4_K, stored.data(), size_t(row_bytes), rows, lanes[size_t(c)], n, want.data());
-            for (int r = 0; r < rows; ++r) {
-              CHECK(std::memcmp(want.data() + r * L, got.data() + (r * chunks + c) * L, L * sizeof(float)) == 0);
-              CHECK(want[size_t(r * L)] != 0.0f);  // (the rows multiply something)
-            }
-          }
+          const int64_t stride = rows + 1;
+          const std::vector<float> bias = scalar::random_vector(size_t(rows), 112, 1.0f);
+          const float* with_bias = rows % 2 ? nullptr : bias.data();
+          std::vector<float> y(size_t(chunks * cpu::kernels::kLaneTokens * stride), NAN);  // [chunks x 16, stride]
+          std::vector<float> scratch(size_t(cpu::kernels::prefill_scratch_floats(n, chunks)), NAN);
+          k.prefill_q4_k(stored.data(), size_t(row_bytes), rows, lanes.data(), int(chunks), n, {y.data(), stride, with_bias},
+                         scratch.data());
+          const int64_t compared = check_prefill_output(y, stride, rows, T, with_bias, [&](int r0, int here, int64_t c, float* want) {
+            k.dot_tokens_stored(DType::Q4_K, stored.data() + r0 * row_bytes, size_t(row_bytes), here, lanes[size_t(c)], n, want);
+          });
+          CHECK(compared == rows * T);
         }
   }
 }
