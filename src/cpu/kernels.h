@@ -213,10 +213,20 @@ struct KernelTable {
   void (*prefill_q8_0_sums)(const void* rows, size_t row_bytes, const int16_t* sums, size_t sums_stride, int count,
                             const TokenLaneActivations* x, int chunks, int64_t n, const PrefillOutput& y,
                             float* scratch);
+  // The same for Q4_0 rows as stored (x with its unsigned quads, as for Q8_0): each block made
+  // Q8_0's (q - 8) once per call, then prefill_q8_0_sums's tiles; bit for bit dot_tokens_stored
+  // (Q4_0) per chunk (plus the bias). AVX512-VNNI only.
+  void (*prefill_q4_0)(const void* rows, size_t row_bytes, int count, const TokenLaneActivations* x, int chunks,
+                       int64_t n, const PrefillOutput& y, float* scratch);
   // The same for Q4_K rows as stored (x as Q8_K lanes, signed): bit for bit dot_tokens_stored
   // (Q4_K) per chunk (plus the bias). AVX512-VNNI only.
   void (*prefill_q4_k)(const void* rows, size_t row_bytes, int count, const TokenLaneActivations* x, int chunks,
                        int64_t n, const PrefillOutput& y, float* scratch);
+  // The same for `count` rows unpacked by unpack_row (q [count, n], s and o [count, n / 16]) of a
+  // type without a stored-row kernel: bit for bit dot_tokens per chunk (plus the bias); scratch:
+  // prefill_scratch_floats(n, chunks) floats. AVX512-VNNI only.
+  void (*prefill_unpacked)(DType type, const uint8_t* q, const float* s, const float* o, int count,
+                           const TokenLaneActivations* x, int chunks, int64_t n, const PrefillOutput& y, float* scratch);
   // One row of n values (a multiple of 32) as Q8_0 activation blocks: q [n], and per group of 16
   // dx (the block's scale), gsum (the sum of its quants) and xs = dx * gsum, [n / 16] each; bit for
   // bit QuantizedInput::quantize's plain loop (block 32). AVX2 and AVX-512; nullptr in the generic
@@ -276,9 +286,13 @@ inline constexpr int kStoredTokenRows = 4;  // rows per dot_tokens_stored call
 // chunks of 16 tokens per register tile
 inline constexpr int kPrefillRows = 16, kPrefillTileRows = 4, kPrefillTileChunks = 2;
 // Their scratch: two f32 (or int32) values per block of 32 and row (Q8_0: scale and sum start;
-// Q4_K: scale and minimum of each sub-block), then the results [kPrefillRows, chunks, 16]
-inline constexpr int64_t prefill_scratch_floats(int64_t n, int64_t chunks) {
+// Q4_K: scale and minimum of each sub-block), then the results [kPrefillRows, chunks, 16]; Q4_0
+// then its rows made Q8_0 (34 bytes a block) and their block sums (2 bytes)
+inline constexpr int64_t prefill_q8_0_scratch_floats(int64_t n, int64_t chunks) {
   return 2 * kPrefillRows * (n / 32) + kPrefillRows * chunks * kLaneTokens;
+}
+inline constexpr int64_t prefill_scratch_floats(int64_t n, int64_t chunks) {
+  return prefill_q8_0_scratch_floats(n, chunks) + kPrefillRows * (n / 32) * (34 + 2) / 4;
 }
 // The chunks of 16 tokens a prefill kernel is given at once: as many as keep their n-byte
 // token quads within 512 KiB (a quarter to a half of the L2 of the CPUs measured), at least two.

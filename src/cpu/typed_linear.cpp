@@ -23,7 +23,7 @@ struct Scratch {
   std::vector<unsigned char> amx;      // kernels::amx_rows's panel and tiles
   std::vector<unsigned char> panel;    // kernels::panel_rows's f32 panel and sums
   std::vector<unsigned char> stored;   // [kStoredChunkRows, row bytes] rows of a grouped matrix back as stored
-  std::vector<float> prefill_scratch;  // kernels::prefill_q8_0_sums's / prefill_q4_k's scratch
+  std::vector<float> prefill_scratch;  // the prefill kernels' scratch (kernels::prefill_scratch_floats)
   std::vector<kernels::TokenLaneActivations> lanes;  // [chunks] the token lanes of a prefill
 };
 Scratch& scratch() {
@@ -214,9 +214,14 @@ PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<co
     const PrefillPath path = T > kSmallBatchTokens ? prefill_path_of(type, in) : PrefillPath::F32;
     token_pairs_ = token_pairs_ || path == PrefillPath::AmxTiles || path == PrefillPath::Bf16Dot;
     if (path == PrefillPath::Int8Lanes) lane_prefill_ = true;
-    if (path == PrefillPath::Int8Lanes && type == DType::Q8_0 && target.weight.block_sums &&
-        kernels::table(kernels::best_isa()).prefill_q8_0_sums)
+    // the tokens' quads unsigned too for the tiles of Q8_0 with block sums (prefill and batched
+    // decode) and of Q4_0 (prefill: its conversion is shared by many chunks)
+    const kernels::KernelTable& k = kernels::table(kernels::best_isa());
+    const bool batched_decode = T >= kMinLaneTokens && T <= kSmallBatchTokens;
+    if ((path == PrefillPath::Int8Lanes || batched_decode) && type == DType::Q8_0 && target.weight.block_sums &&
+        k.prefill_q8_0_sums)
       unsigned_lanes_ = true;
+    if (path == PrefillPath::Int8Lanes && type == DType::Q4_0 && k.prefill_q4_0) unsigned_lanes_ = true;
     if (path == PrefillPath::F32 && T > kSmallBatchTokens && !dtype_is_quantized(type)) panels_ = true;
     if (T == 1 && type == DType::BF16 && in % kernels::table(kernels::best_isa()).pair_lanes == 0) x_pairs_ = true;
     if ((T <= kSmallBatchTokens || path == PrefillPath::Int8Lanes) && dtype_is_quantized(type)) {
@@ -429,13 +434,21 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     constexpr int64_t L = kernels::kLaneTokens;
     const bool q8_0_tiles = with_sums && k.prefill_q8_0_sums && qx.lane_u.size();
     const bool q4_k_tiles = stored && type == DType::Q4_K && k.prefill_q4_k;
-    if (prefill && (q8_0_tiles || q4_k_tiles)) {
-      // prefill: kPrefillRows rows at a time against the chunks of 16 tokens that fit L2
+    const bool q4_0_tiles = prefill && stored && type == DType::Q4_0 && k.prefill_q4_0 && qx.lane_u.size();
+    const bool unpacked_tiles = prefill && !stored && k.prefill_unpacked;  // the other block types
+    if (q8_0_tiles || q4_k_tiles || q4_0_tiles || unpacked_tiles) {
+      // prefill (and a batched decode step, one chunk): kPrefillRows rows at a time against the
+      // chunks of 16 tokens that fit L2
       // (prefill_chunks_per_call), in tiles of 4 rows x 2 chunks, the rows' scales decoded once
       // per call (Q8_0: the tokens' quads unsigned already); each call writes its rows into y
       constexpr int RT = kernels::kPrefillRows;
       const int64_t chunks = qx.lane_chunks(), per_call = kernels::prefill_chunks_per_call(in);
       ensure(s.prefill_scratch, size_t(kernels::prefill_scratch_floats(in, std::min(chunks, per_call))));
+      if (unpacked_tiles) {  // the call's rows unpacked once for all its chunks
+        ensure(s.q, size_t(RT * in));
+        ensure(s.s, size_t(RT * groups));
+        ensure(s.o, size_t(RT * groups));
+      }
       std::vector<kernels::TokenLaneActivations>& lanes = s.lanes;
       lanes.resize(size_t(chunks));
       for (int64_t c = 0; c < chunks; ++c) lanes[size_t(c)] = qx.token_lanes(c);
@@ -447,6 +460,15 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
           if (q8_0_tiles)
             k.prefill_q8_0_sums(weight + r0 * row_bytes, row_bytes, target.weight.block_sums + r0 * sums_per_row,
                                 size_t(sums_per_row), rows, lanes.data() + c0, call_chunks, in, y, s.prefill_scratch.data());
+          else if (unpacked_tiles) {
+            for (int r = 0; r < rows; ++r)
+              k.unpack_row(type, weight + (r0 + r) * row_bytes, in, s.q.data() + r * in, s.s.data() + r * groups,
+                           s.o.data() + r * groups);
+            k.prefill_unpacked(type, s.q.data(), s.s.data(), s.o.data(), rows, lanes.data() + c0, call_chunks, in, y,
+                               s.prefill_scratch.data());
+          } else if (q4_0_tiles)
+            k.prefill_q4_0(weight + r0 * row_bytes, row_bytes, rows, lanes.data() + c0, call_chunks, in, y,
+                           s.prefill_scratch.data());
           else
             k.prefill_q4_k(weight + r0 * row_bytes, row_bytes, rows, lanes.data() + c0, call_chunks, in, y,
                            s.prefill_scratch.data());

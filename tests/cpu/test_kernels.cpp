@@ -631,13 +631,15 @@ int64_t check_prefill_output(const std::vector<float>& y, int64_t stride, int ro
   return compared;
 }
 
-TEST_CASE("kernels: prefill_q8_0_sums (up to 16 rows against every chunk of 16 tokens, tiles of 4 rows x 2 chunks, unsigned token quads) equals dot_tokens_q8_0_sums chunk by chunk, bit for bit, written transposed into y") {
+TEST_CASE("kernels: prefill_q8_0_sums (up to 16 rows against every chunk of 16 tokens, tiles of 4 rows x 2 chunks or 8 x 1, unsigned token quads) equals dot_tokens_q8_0_sums chunk by chunk, bit for bit, written transposed into y") {
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);
     if (!k.prefill_q8_0_sums) continue;  // AVX512-VNNI only
     for (int64_t n : {96, 544, 2048})  // 3 blocks, one chunk of 16 scales and a tail, 64 blocks
-      for (int64_t T : {17, 32, 45, 80})  // chunks: 2 (the second of one token), 2 whole ones, 3 (2 + 1), 5
-        for (int rows : {1, 2, 3, 4, 5, 7, 16}) {  // a tile and less, tiles and a tail, kPrefillRows
+      // one chunk (a batched decode step: tiles of 8 rows), 2 (the second of one token), 2 whole
+      // ones, 3 (2 + 1), 5
+      for (int64_t T : {6, 16, 17, 32, 45, 80})
+        for (int rows : {1, 2, 3, 4, 5, 7, 9, 16}) {  // a tile and less, tiles and a tail, kPrefillRows
           CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(n); CAPTURE(T); CAPTURE(rows);
           const int64_t blocks = n / 32, row_bytes = dtype_bytes_for(DType::Q8_0, n);
           const std::vector<uint8_t> stored = q8_0_rows_with_extreme_sums(rows, n, 90);  // [rows, row_bytes]
@@ -670,13 +672,95 @@ TEST_CASE("kernels: prefill_q8_0_sums (up to 16 rows against every chunk of 16 t
   }
 }
 
-TEST_CASE("kernels: prefill_q4_k (up to 16 rows against every chunk of 16 tokens, tiles of 4 rows x 2 chunks) equals dot_tokens_stored's Q4_K chunk by chunk, bit for bit, written transposed into y") {
+TEST_CASE("kernels: prefill_q4_0 (its rows made Q8_0 once per call, then prefill_q8_0_sums's tiles) equals dot_tokens_stored's Q4_0 chunk by chunk, bit for bit, written transposed into y") {
+  for (Isa isa : supported_isas()) {
+    const auto& k = cpu::kernels::table(isa);
+    if (!k.prefill_q4_0) continue;  // AVX512-VNNI only
+    for (int64_t n : {96, 544, 2048})
+      for (int64_t T : {17, 45, 80})  // chunks: 2 (the second of one token), 3 (2 + 1), 5
+        for (int rows : {1, 4, 5, 16}) {
+          CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(n); CAPTURE(T); CAPTURE(rows);
+          const int64_t row_bytes = dtype_bytes_for(DType::Q4_0, n);
+          std::vector<uint8_t> stored;  // [rows, row_bytes]
+          for (int r = 0; r < rows; ++r) {
+            const auto bytes = quantized(DType::Q4_0, scalar::random_vector(size_t(n), 120 + r, 0.5f));
+            stored.insert(stored.end(), bytes.begin(), bytes.end());
+          }
+          // the last row's quants random bytes (every nibble, sums up to 32 x 7 and down to 32 x -8),
+          // its first block all 15s and its second all 0s
+          std::mt19937 bytes(int(n + T + rows));
+          auto* last = reinterpret_cast<quant::block_q4_0*>(stored.data() + (rows - 1) * row_bytes);
+          for (int64_t b = 0; b < n / 32; ++b)
+            for (uint8_t& q : last[b].qs) q = b == 0 ? 0xFF : b == 1 ? 0x00 : uint8_t(bytes());
+          auto x_values = scalar::random_vector(size_t(T * n), 121, 2.0f);
+          for (int64_t i = 0; i < n; ++i) x_values[size_t(i)] = i % 2 ? -1.0f : 1.0f;  // token 0: quants +-127
+          cpu::QuantizedInput qx;
+          qx.quantize(x_values.data(), T, n, 32);
+          qx.lay_out_token_lanes(T, 1, /*unsigned_quads=*/true);
+          const int64_t chunks = qx.lane_chunks();
+          std::vector<cpu::kernels::TokenLaneActivations> lanes;
+          for (int64_t c = 0; c < chunks; ++c) lanes.push_back(qx.token_lanes(c));
+          const int64_t stride = rows + 2;
+          const std::vector<float> bias = scalar::random_vector(size_t(rows), 122, 1.0f);
+          const float* with_bias = rows % 2 ? bias.data() : nullptr;
+          std::vector<float> y(size_t(chunks * cpu::kernels::kLaneTokens * stride), NAN);  // [chunks x 16, stride]
+          std::vector<float> scratch(size_t(cpu::kernels::prefill_scratch_floats(n, chunks)), NAN);
+          k.prefill_q4_0(stored.data(), size_t(row_bytes), rows, lanes.data(), int(chunks), n, {y.data(), stride, with_bias},
+                         scratch.data());
+          const int64_t compared = check_prefill_output(y, stride, rows, T, with_bias, [&](int r0, int here, int64_t c, float* want) {
+            k.dot_tokens_stored(DType::Q4_0, stored.data() + r0 * row_bytes, size_t(row_bytes), here, lanes[size_t(c)], n, want);
+          });
+          CHECK(compared == rows * T);
+        }
+  }
+}
+
+TEST_CASE("kernels: prefill_unpacked (rows unpacked once per call, tiles of 4 rows x 2 chunks or 8 x 1) equals dot_tokens chunk by chunk for every block type, bit for bit, written transposed into y") {
+  const int64_t n = 768;  // 3 super-blocks, 24 legacy blocks
+  for (Isa isa : supported_isas()) {
+    const auto& k = cpu::kernels::table(isa);
+    if (!k.prefill_unpacked) continue;  // AVX512-VNNI only
+    for (DType type : kBlockTypes)
+      for (int64_t T : {6, 17, 45})  // chunks: 1 (tiles of 8 rows), 2 (the second of one token), 3 (2 + 1)
+        for (int rows : {1, 4, 5, 9, 16}) {
+          CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type)); CAPTURE(T); CAPTURE(rows);
+          const int64_t groups = n / cpu::kernels::kGroup;
+          std::vector<uint8_t> q(size_t(rows * n));
+          std::vector<float> s(size_t(rows * groups)), o(size_t(rows * groups));
+          for (int r = 0; r < rows; ++r) {
+            const auto bytes = quantized(type, scalar::random_vector(size_t(n), 130 + r, 0.5f));
+            k.unpack_row(type, bytes.data(), n, q.data() + r * n, s.data() + r * groups, o.data() + r * groups);
+          }
+          const auto x_values = scalar::random_vector(size_t(T * n), 131, 2.0f);
+          cpu::QuantizedInput qx;
+          qx.quantize(x_values.data(), T, n, dtype_block_size(type) == 256 ? 256 : 32);
+          qx.lay_out_token_lanes(T);
+          const int64_t chunks = qx.lane_chunks();
+          std::vector<cpu::kernels::TokenLaneActivations> lanes;
+          for (int64_t c = 0; c < chunks; ++c) lanes.push_back(qx.token_lanes(c));
+          const int64_t stride = rows + 1;
+          const std::vector<float> bias = scalar::random_vector(size_t(rows), 132, 1.0f);
+          const float* with_bias = rows % 2 ? bias.data() : nullptr;
+          std::vector<float> y(size_t(chunks * cpu::kernels::kLaneTokens * stride), NAN);  // [chunks x 16, stride]
+          std::vector<float> scratch(size_t(cpu::kernels::prefill_scratch_floats(n, chunks)), NAN);
+          k.prefill_unpacked(type, q.data(), s.data(), o.data(), rows, lanes.data(), int(chunks), n,
+                             {y.data(), stride, with_bias}, scratch.data());
+          const int64_t compared = check_prefill_output(y, stride, rows, T, with_bias, [&](int r0, int here, int64_t c, float* want) {
+            k.dot_tokens(type, q.data() + r0 * n, s.data() + r0 * groups, o.data() + r0 * groups, here, lanes[size_t(c)], n,
+                         want);
+          });
+          CHECK(compared == rows * T);
+        }
+  }
+}
+
+TEST_CASE("kernels: prefill_q4_k (up to 16 rows against every chunk of 16 tokens, tiles of 4 rows x 2 chunks or 8 x 1) equals dot_tokens_stored's Q4_K chunk by chunk, bit for bit, written transposed into y") {
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);
     if (!k.prefill_q4_k) continue;  // AVX512-VNNI only
     for (int64_t n : {256, 768, 2048})
-      for (int64_t T : {17, 32, 45, 80})  // chunks: 2 (the second of one token), 2 whole ones, 3 (2 + 1), 5
-        for (int rows : {1, 3, 4, 6, 16}) {
+      for (int64_t T : {6, 16, 17, 32, 45, 80})  // chunks: 1 (tiles of 8 rows), 2 (the second of one token), 2, 3, 5
+        for (int rows : {1, 3, 4, 6, 11, 16}) {
           CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(n); CAPTURE(T); CAPTURE(rows);
           const int64_t row_bytes = dtype_bytes_for(DType::Q4_K, n);
           std::vector<uint8_t> stored;  // [rows, row_bytes]
