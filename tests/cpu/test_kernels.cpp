@@ -631,6 +631,26 @@ int64_t check_prefill_output(const std::vector<float>& y, int64_t stride, int ro
   return compared;
 }
 
+// One prefill kernel call on the token lanes of qx (all its chunks), into a y of `stride` floats a
+// token, with a random bias or none: run(lanes, chunks, y, scratch) calls the kernel; checked by
+// check_prefill_output against want_of, every row x token compared.
+template <typename Run, typename Want>
+void check_prefill_kernel(const cpu::QuantizedInput& qx, int64_t n, int64_t T, int rows, int64_t stride, bool biased,
+                          Run&& run, Want&& want_of) {
+  const int64_t chunks = qx.lane_chunks();
+  std::vector<cpu::kernels::TokenLaneActivations> lanes;
+  for (int64_t c = 0; c < chunks; ++c) lanes.push_back(qx.token_lanes(c));
+  const std::vector<float> bias = scalar::random_vector(size_t(rows), 92 + rows, 1.0f);
+  const float* with_bias = biased ? bias.data() : nullptr;
+  std::vector<float> y(size_t(chunks * cpu::kernels::kLaneTokens * stride), NAN);  // [chunks x 16, stride]
+  std::vector<float> scratch(size_t(cpu::kernels::prefill_scratch_floats(n, chunks)), NAN);
+  run(lanes.data(), int(chunks), cpu::kernels::PrefillOutput{y.data(), stride, with_bias}, scratch.data());
+  const int64_t compared = check_prefill_output(y, stride, rows, T, with_bias, [&](int r0, int here, int64_t c, float* want) {
+    want_of(r0, here, lanes[size_t(c)], want);
+  });
+  CHECK(compared == rows * T);
+}
+
 TEST_CASE("kernels: prefill_q8_0_sums (up to 16 rows against every chunk of 16 tokens, tiles of 4 rows x 2 chunks or 8 x 1, unsigned token quads) equals dot_tokens_q8_0_sums chunk by chunk, bit for bit, written transposed into y") {
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);
@@ -651,21 +671,15 @@ TEST_CASE("kernels: prefill_q8_0_sums (up to 16 rows against every chunk of 16 t
           qx.quantize(x_values.data(), T, n, 32);
           qx.lay_out_token_lanes(T, 1, /*unsigned_quads=*/true);
           REQUIRE(qx.token_lanes(0).qu != nullptr);
-          const int64_t chunks = qx.lane_chunks();
-          std::vector<cpu::kernels::TokenLaneActivations> lanes;
-          for (int64_t c = 0; c < chunks; ++c) lanes.push_back(qx.token_lanes(c));
-          const int64_t stride = rows + 3;
-          const std::vector<float> bias = scalar::random_vector(size_t(rows), 92, 1.0f);
-          const float* with_bias = rows % 2 ? bias.data() : nullptr;  // with and without one
-          std::vector<float> y(size_t(chunks * cpu::kernels::kLaneTokens * stride), NAN);  // [chunks x 16, stride]
-          std::vector<float> scratch(size_t(cpu::kernels::prefill_scratch_floats(n, chunks)), NAN);
-          k.prefill_q8_0_sums(stored.data(), size_t(row_bytes), sums.data(), size_t(blocks), rows, lanes.data(),
-                              int(chunks), n, {y.data(), stride, with_bias}, scratch.data());
-          const int64_t compared = check_prefill_output(y, stride, rows, T, with_bias, [&](int r0, int here, int64_t c, float* want) {
-            k.dot_tokens_q8_0_sums(stored.data() + r0 * row_bytes, size_t(row_bytes), sums.data() + r0 * blocks,
-                                   size_t(blocks), here, lanes[size_t(c)], n, want);
-          });
-          CHECK(compared == rows * T);
+          check_prefill_kernel(qx, n, T, rows, rows + 3, rows % 2,  // with and without a bias
+              [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& y, float* scratch) {
+                k.prefill_q8_0_sums(stored.data(), size_t(row_bytes), sums.data(), size_t(blocks), rows, lanes, chunks, n, y,
+                                    scratch);
+              },
+              [&](int r0, int here, const cpu::kernels::TokenLaneActivations& lanes, float* want) {
+                k.dot_tokens_q8_0_sums(stored.data() + r0 * row_bytes, size_t(row_bytes), sums.data() + r0 * blocks,
+                                       size_t(blocks), here, lanes, n, want);
+              });
           qx.lay_out_token_lanes(T);  // not asked for: no unsigned quads left from before
           CHECK(qx.token_lanes(0).qu == nullptr);
         }
@@ -697,20 +711,13 @@ TEST_CASE("kernels: prefill_q4_0 (its rows made Q8_0 once per call, then prefill
           cpu::QuantizedInput qx;
           qx.quantize(x_values.data(), T, n, 32);
           qx.lay_out_token_lanes(T, 1, /*unsigned_quads=*/true);
-          const int64_t chunks = qx.lane_chunks();
-          std::vector<cpu::kernels::TokenLaneActivations> lanes;
-          for (int64_t c = 0; c < chunks; ++c) lanes.push_back(qx.token_lanes(c));
-          const int64_t stride = rows + 2;
-          const std::vector<float> bias = scalar::random_vector(size_t(rows), 122, 1.0f);
-          const float* with_bias = rows % 2 ? bias.data() : nullptr;
-          std::vector<float> y(size_t(chunks * cpu::kernels::kLaneTokens * stride), NAN);  // [chunks x 16, stride]
-          std::vector<float> scratch(size_t(cpu::kernels::prefill_scratch_floats(n, chunks)), NAN);
-          k.prefill_q4_0(stored.data(), size_t(row_bytes), rows, lanes.data(), int(chunks), n, {y.data(), stride, with_bias},
-                         scratch.data());
-          const int64_t compared = check_prefill_output(y, stride, rows, T, with_bias, [&](int r0, int here, int64_t c, float* want) {
-            k.dot_tokens_stored(DType::Q4_0, stored.data() + r0 * row_bytes, size_t(row_bytes), here, lanes[size_t(c)], n, want);
-          });
-          CHECK(compared == rows * T);
+          check_prefill_kernel(qx, n, T, rows, rows + 2, rows % 2,
+              [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& y, float* scratch) {
+                k.prefill_q4_0(stored.data(), size_t(row_bytes), rows, lanes, chunks, n, y, scratch);
+              },
+              [&](int r0, int here, const cpu::kernels::TokenLaneActivations& lanes, float* want) {
+                k.dot_tokens_stored(DType::Q4_0, stored.data() + r0 * row_bytes, size_t(row_bytes), here, lanes, n, want);
+              });
         }
   }
 }
@@ -735,21 +742,13 @@ TEST_CASE("kernels: prefill_unpacked (rows unpacked once per call, tiles of 4 ro
           cpu::QuantizedInput qx;
           qx.quantize(x_values.data(), T, n, dtype_block_size(type) == 256 ? 256 : 32);
           qx.lay_out_token_lanes(T);
-          const int64_t chunks = qx.lane_chunks();
-          std::vector<cpu::kernels::TokenLaneActivations> lanes;
-          for (int64_t c = 0; c < chunks; ++c) lanes.push_back(qx.token_lanes(c));
-          const int64_t stride = rows + 1;
-          const std::vector<float> bias = scalar::random_vector(size_t(rows), 132, 1.0f);
-          const float* with_bias = rows % 2 ? bias.data() : nullptr;
-          std::vector<float> y(size_t(chunks * cpu::kernels::kLaneTokens * stride), NAN);  // [chunks x 16, stride]
-          std::vector<float> scratch(size_t(cpu::kernels::prefill_scratch_floats(n, chunks)), NAN);
-          k.prefill_unpacked(type, q.data(), s.data(), o.data(), rows, lanes.data(), int(chunks), n,
-                             {y.data(), stride, with_bias}, scratch.data());
-          const int64_t compared = check_prefill_output(y, stride, rows, T, with_bias, [&](int r0, int here, int64_t c, float* want) {
-            k.dot_tokens(type, q.data() + r0 * n, s.data() + r0 * groups, o.data() + r0 * groups, here, lanes[size_t(c)], n,
-                         want);
-          });
-          CHECK(compared == rows * T);
+          check_prefill_kernel(qx, n, T, rows, rows + 1, rows % 2,
+              [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& y, float* scratch) {
+                k.prefill_unpacked(type, q.data(), s.data(), o.data(), rows, lanes, chunks, n, y, scratch);
+              },
+              [&](int r0, int here, const cpu::kernels::TokenLaneActivations& lanes, float* want) {
+                k.dot_tokens(type, q.data() + r0 * n, s.data() + r0 * groups, o.data() + r0 * groups, here, lanes, n, want);
+              });
         }
   }
 }
@@ -781,20 +780,13 @@ TEST_CASE("kernels: prefill_q4_k (up to 16 rows against every chunk of 16 tokens
           cpu::QuantizedInput qx;
           qx.quantize(x_values.data(), T, n, 256);
           qx.lay_out_token_lanes(T);
-          const int64_t chunks = qx.lane_chunks();
-          std::vector<cpu::kernels::TokenLaneActivations> lanes;
-          for (int64_t c = 0; c < chunks; ++c) lanes.push_back(qx.token_lanes(c));
-          const int64_t stride = rows + 1;
-          const std::vector<float> bias = scalar::random_vector(size_t(rows), 112, 1.0f);
-          const float* with_bias = rows % 2 ? nullptr : bias.data();
-          std::vector<float> y(size_t(chunks * cpu::kernels::kLaneTokens * stride), NAN);  // [chunks x 16, stride]
-          std::vector<float> scratch(size_t(cpu::kernels::prefill_scratch_floats(n, chunks)), NAN);
-          k.prefill_q4_k(stored.data(), size_t(row_bytes), rows, lanes.data(), int(chunks), n, {y.data(), stride, with_bias},
-                         scratch.data());
-          const int64_t compared = check_prefill_output(y, stride, rows, T, with_bias, [&](int r0, int here, int64_t c, float* want) {
-            k.dot_tokens_stored(DType::Q4_K, stored.data() + r0 * row_bytes, size_t(row_bytes), here, lanes[size_t(c)], n, want);
-          });
-          CHECK(compared == rows * T);
+          check_prefill_kernel(qx, n, T, rows, rows + 1, rows % 2 == 0,
+              [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& y, float* scratch) {
+                k.prefill_q4_k(stored.data(), size_t(row_bytes), rows, lanes, chunks, n, y, scratch);
+              },
+              [&](int r0, int here, const cpu::kernels::TokenLaneActivations& lanes, float* want) {
+                k.dot_tokens_stored(DType::Q4_K, stored.data() + r0 * row_bytes, size_t(row_bytes), here, lanes, n, want);
+              });
         }
   }
 }
