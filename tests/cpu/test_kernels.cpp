@@ -353,6 +353,23 @@ TEST_CASE("kernels: Q4_0, Q8_0 and Q4_K rows in groups of 8 hold the stored byte
   }
 }
 
+// `rows` random rows of n weights of a block type, quantized and unpacked by unpack_row: q [rows, n],
+// s and o [rows, n / 16]; row r from seed + r.
+struct UnpackedRows {
+  std::vector<uint8_t> q;
+  std::vector<float> s, o;
+};
+UnpackedRows unpacked_random_rows(const cpu::kernels::KernelTable& k, DType type, int rows, int64_t n, int seed) {
+  const int64_t groups = n / cpu::kernels::kGroup;
+  UnpackedRows u{std::vector<uint8_t>(size_t(rows * n)), std::vector<float>(size_t(rows * groups)),
+                 std::vector<float>(size_t(rows * groups))};
+  for (int r = 0; r < rows; ++r) {
+    const auto bytes = quantized(type, scalar::random_vector(size_t(n), seed + r, 0.5f));
+    k.unpack_row(type, bytes.data(), n, u.q.data() + r * n, u.s.data() + r * groups, u.o.data() + r * groups);
+  }
+  return u;
+}
+
 TEST_CASE("kernels: dot_tokens (batched decode, tokens in register lanes) equals dot() per row and token") {
   const int64_t n = 768;  // 3 super-blocks, 24 legacy blocks
   for (Isa isa : supported_isas()) {
@@ -363,12 +380,10 @@ TEST_CASE("kernels: dot_tokens (batched decode, tokens in register lanes) equals
         for (int rows = 1; rows <= cpu::kernels::kTokenRows; ++rows) {
           CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type)); CAPTURE(T); CAPTURE(rows);
           const int64_t groups = n / cpu::kernels::kGroup;
-          std::vector<uint8_t> q(size_t(rows * n));
-          std::vector<float> s(size_t(rows * groups)), o(size_t(rows * groups));
-          for (int r = 0; r < rows; ++r) {
-            const auto bytes = quantized(type, scalar::random_vector(size_t(n), 30 + r, 0.5f));
-            k.unpack_row(type, bytes.data(), n, q.data() + r * n, s.data() + r * groups, o.data() + r * groups);
-          }
+          const UnpackedRows unpacked = unpacked_random_rows(k, type, rows, n, 30);
+          const std::vector<uint8_t>& q = unpacked.q;
+          const std::vector<float>& s = unpacked.s;
+          const std::vector<float>& o = unpacked.o;
           const auto x_values = scalar::random_vector(size_t(T * n), 40, 2.0f);
           cpu::QuantizedInput qx;
           qx.quantize(x_values.data(), T, n, dtype_block_size(type) == 256 ? 256 : 32);
@@ -553,14 +568,20 @@ TEST_CASE("kernels: dot_tokens_stored (Q8_0, Q4_0, Q4_K straight from the stored
     }
 }
 
+// `rows` random rows of n weights quantized to `type`, [rows, row_bytes]; row r from seed + r.
+std::vector<uint8_t> quantized_random_rows(DType type, int rows, int64_t n, int seed) {
+  std::vector<uint8_t> stored;
+  for (int r = 0; r < rows; ++r) {
+    const auto bytes = quantized(type, scalar::random_vector(size_t(n), seed + r, 0.5f));
+    stored.insert(stored.end(), bytes.begin(), bytes.end());
+  }
+  return stored;
+}
+
 // `rows` random Q8_0 rows of n weights ([rows, row_bytes]), row 0's first two blocks at the block
 // sums' extremes (32 x 127 and 32 x -128)
 std::vector<uint8_t> q8_0_rows_with_extreme_sums(int rows, int64_t n, int seed) {
-  std::vector<uint8_t> stored;
-  for (int r = 0; r < rows; ++r) {
-    const auto bytes = quantized(DType::Q8_0, scalar::random_vector(size_t(n), seed + r, 0.5f));
-    stored.insert(stored.end(), bytes.begin(), bytes.end());
-  }
+  std::vector<uint8_t> stored = quantized_random_rows(DType::Q8_0, rows, n, seed);
   auto* block = reinterpret_cast<quant::block_q8_0*>(stored.data());
   for (int i = 0; i < 32; ++i) block[0].qs[i] = 127, block[1].qs[i] = -128;
   return stored;
@@ -695,11 +716,7 @@ TEST_CASE("kernels: prefill_q4_0 (its rows made Q8_0 once per call, then prefill
         for (int rows : {1, 4, 5, 16}) {
           CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(n); CAPTURE(T); CAPTURE(rows);
           const int64_t row_bytes = dtype_bytes_for(DType::Q4_0, n);
-          std::vector<uint8_t> stored;  // [rows, row_bytes]
-          for (int r = 0; r < rows; ++r) {
-            const auto bytes = quantized(DType::Q4_0, scalar::random_vector(size_t(n), 120 + r, 0.5f));
-            stored.insert(stored.end(), bytes.begin(), bytes.end());
-          }
+          std::vector<uint8_t> stored = quantized_random_rows(DType::Q4_0, rows, n, 120);  // [rows, row_bytes]
           // the last row's quants random bytes (every nibble, sums up to 32 x 7 and down to 32 x -8),
           // its first block all 15s and its second all 0s
           std::mt19937 bytes(int(n + T + rows));
@@ -732,12 +749,10 @@ TEST_CASE("kernels: prefill_unpacked (rows unpacked once per call, tiles of 4 ro
         for (int rows : {1, 4, 5, 9, 16}) {
           CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type)); CAPTURE(T); CAPTURE(rows);
           const int64_t groups = n / cpu::kernels::kGroup;
-          std::vector<uint8_t> q(size_t(rows * n));
-          std::vector<float> s(size_t(rows * groups)), o(size_t(rows * groups));
-          for (int r = 0; r < rows; ++r) {
-            const auto bytes = quantized(type, scalar::random_vector(size_t(n), 130 + r, 0.5f));
-            k.unpack_row(type, bytes.data(), n, q.data() + r * n, s.data() + r * groups, o.data() + r * groups);
-          }
+          const UnpackedRows unpacked = unpacked_random_rows(k, type, rows, n, 130);
+          const std::vector<uint8_t>& q = unpacked.q;
+          const std::vector<float>& s = unpacked.s;
+          const std::vector<float>& o = unpacked.o;
           const auto x_values = scalar::random_vector(size_t(T * n), 131, 2.0f);
           cpu::QuantizedInput qx;
           qx.quantize(x_values.data(), T, n, dtype_block_size(type) == 256 ? 256 : 32);
@@ -762,11 +777,7 @@ TEST_CASE("kernels: prefill_q4_k (up to 16 rows against every chunk of 16 tokens
         for (int rows : {1, 3, 4, 6, 11, 16}) {
           CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(n); CAPTURE(T); CAPTURE(rows);
           const int64_t row_bytes = dtype_bytes_for(DType::Q4_K, n);
-          std::vector<uint8_t> stored;  // [rows, row_bytes]
-          for (int r = 0; r < rows; ++r) {
-            const auto bytes = quantized(DType::Q4_K, scalar::random_vector(size_t(n), 110 + r, 0.5f));
-            stored.insert(stored.end(), bytes.begin(), bytes.end());
-          }
+          std::vector<uint8_t> stored = quantized_random_rows(DType::Q4_K, rows, n, 110);  // [rows, row_bytes]
           // the last row's scales, minimums and quants random bytes: every 6-bit scale and minimum,
           // every nibble (d, dmin kept finite)
           std::mt19937 bytes(int(n + T + rows));
