@@ -437,10 +437,11 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     const bool q4_0_tiles = prefill && stored && type == DType::Q4_0 && k.prefill_q4_0 && qx.lane_u.size();
     const bool unpacked_tiles = prefill && !stored && k.prefill_unpacked;  // the other block types
     if (q8_0_tiles || q4_k_tiles || q4_0_tiles || unpacked_tiles) {
-      // prefill (and a batched decode step, one chunk): kPrefillRows rows at a time against the
-      // chunks of 16 tokens that fit L2
-      // (prefill_chunks_per_call), in tiles of 4 rows x 2 chunks, the rows' scales decoded once
-      // per call (Q8_0: the tokens' quads unsigned already); each call writes its rows into y
+      // prefill (and a batched decode step of Q8_0 with block sums or Q4_K: one chunk, tiles of
+      // 8 rows): kPrefillRows rows at a time against the chunks of 16 tokens that fit L2
+      // (prefill_chunks_per_call), in tiles of 4 rows x 2 chunks; once per call the rows' scales
+      // decoded (Q8_0, Q4_K), the rows made Q8_0 (Q4_0) or unpacked (the other block types); each
+      // call writes its rows into y
       constexpr int RT = kernels::kPrefillRows;
       const int64_t chunks = qx.lane_chunks(), per_call = kernels::prefill_chunks_per_call(in);
       ensure(s.prefill_scratch, size_t(kernels::prefill_scratch_floats(in, std::min(chunks, per_call))));
