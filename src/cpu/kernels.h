@@ -133,7 +133,8 @@ struct TokenLaneActivations {
   const uint8_t* qu = nullptr;  // q + 128 (unsigned), the same layout, where made (prefill_q8_0_sums)
 };
 
-// Where a prefill kernel (KernelTable::prefill_q8_0_sums, prefill_q4_k) puts its results: token t
+// Where a prefill kernel (KernelTable::prefill_q8_0_sums, prefill_q4_0, prefill_q4_k,
+// prefill_unpacked) puts its results: token t
 // of chunk c, row r at y[(16 c + t) * stride + r] = bias[r] + the product (0.0f + it without a
 // bias), for the x[c].tokens tokens of each chunk and the call's rows; nothing else is written.
 // Each token's rows of one call are one 64-byte line of y (kPrefillRows of them, a tile of rows
@@ -205,8 +206,8 @@ struct KernelTable {
   void (*dot_tokens_q8_0_sums)(const void* rows, size_t row_bytes, const int16_t* sums, size_t sums_stride,
                                int count, const TokenLaneActivations& x, int64_t n, float* out);
   // The same for prefill: `count` (1 .. kPrefillRows) rows against every chunk of token lanes
-  // x[0 .. chunks) (their unsigned quads `qu` made), in tiles of kPrefillTileRows rows x two
-  // chunks, written to `y` as PrefillOutput says; scratch: prefill_scratch_floats(n, chunks)
+  // x[0 .. chunks) (their unsigned quads `qu` made), in tiles of 6 rows x two chunks (one chunk:
+  // 8 rows x 1), written to `y` as PrefillOutput says; scratch: prefill_scratch_floats(n, chunks)
   // floats (the rows' scales, once for all chunks, and the tiles' results). Bit for bit
   // dot_tokens_q8_0_sums per chunk (plus the bias), with fewer vector operations per vpdpbusd
   // (kernels_impl.inc). AVX512-VNNI only (nullptr elsewhere).
@@ -282,8 +283,8 @@ inline bool has_stored_token_dot(DType type, Isa isa) {
   return type == DType::Q8_0 || ((type == DType::Q4_0 || type == DType::Q4_K) && isa == Isa::Avx512);
 }
 inline constexpr int kStoredTokenRows = 4;  // rows per dot_tokens_stored call
-// prefill_q8_0_sums and prefill_q4_k: rows per call (one 64-byte line of y per token), rows and
-// chunks of 16 tokens per register tile
+// The prefill kernels: rows per call (one 64-byte line of y per token), rows and chunks of 16
+// tokens per register tile (Q8_0's tiles: 6 rows, kernels_impl.inc)
 inline constexpr int kPrefillRows = 16, kPrefillTileRows = 4, kPrefillTileChunks = 2;
 // Their scratch: two f32 (or int32) values per block of 32 and row (Q8_0: scale and sum start;
 // Q4_K: scale and minimum of each sub-block), then the results [kPrefillRows, chunks, 16]; Q4_0

@@ -207,6 +207,8 @@ PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<co
   b_ = own_ ? own_.get() : &mine;
   b_->in_use = true;
   bool q8_0 = false, q8_k = false;
+  const kernels::KernelTable& k = kernels::table(kernels::best_isa());
+  const bool batched_decode = T >= kMinLaneTokens && T <= kSmallBatchTokens;  // (on the token lanes)
   for (const LinearTarget& target : targets) {
     const DType type = target.weight.type;
     if (!dtype_is_quantized(type) && type != DType::F32 && type != DType::F16 && type != DType::BF16)
@@ -216,14 +218,12 @@ PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<co
     if (path == PrefillPath::Int8Lanes) lane_prefill_ = true;
     // the tokens' quads unsigned too for the tiles of Q8_0 with block sums (prefill and batched
     // decode) and of Q4_0 (prefill: its conversion is shared by many chunks)
-    const kernels::KernelTable& k = kernels::table(kernels::best_isa());
-    const bool batched_decode = T >= kMinLaneTokens && T <= kSmallBatchTokens;
     if ((path == PrefillPath::Int8Lanes || batched_decode) && type == DType::Q8_0 && target.weight.block_sums &&
         k.prefill_q8_0_sums)
       unsigned_lanes_ = true;
     if (path == PrefillPath::Int8Lanes && type == DType::Q4_0 && k.prefill_q4_0) unsigned_lanes_ = true;
     if (path == PrefillPath::F32 && T > kSmallBatchTokens && !dtype_is_quantized(type)) panels_ = true;
-    if (T == 1 && type == DType::BF16 && in % kernels::table(kernels::best_isa()).pair_lanes == 0) x_pairs_ = true;
+    if (T == 1 && type == DType::BF16 && in % k.pair_lanes == 0) x_pairs_ = true;
     if ((T <= kSmallBatchTokens || path == PrefillPath::Int8Lanes) && dtype_is_quantized(type)) {
       if (activation_block(type) == 32) q8_0 = true;
       else q8_k = true;
@@ -233,8 +233,7 @@ PreparedInput::PreparedInput(const float* x, int64_t T, int64_t in, std::span<co
   if (q8_k) b_->q8_k.quantize(x, T, in, 256, threads);
   // Batched decode and the integer prefill: the tokens side by side for dot_tokens (where the CPU
   // has it).
-  token_lanes_ = lane_prefill_ || (T >= kMinLaneTokens && T <= kSmallBatchTokens &&
-                                   kernels::table(kernels::best_isa()).dot_tokens);
+  token_lanes_ = lane_prefill_ || (batched_decode && k.dot_tokens);
   if (token_lanes_) {
     if (q8_0) b_->q8_0.lay_out_token_lanes(T, threads, unsigned_lanes_);
     if (q8_k) b_->q8_k.lay_out_token_lanes(T, threads);
