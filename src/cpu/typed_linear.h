@@ -17,9 +17,10 @@
 //   block types   x -> Q8_0 / Q8_K, integer dots           the same on panels dequantized to bf16;
 //                 (vpdpbusd on AVX512-VNNI, vpmaddubsw on   without them the token lanes of
 //                 AVX2; from a few tokens: all in register  batched decode, 16 tokens at a time
-//                 lanes, on AVX512-VNNI Q8_0, Q4_0 and      (Q8_0 with block sums, Q4_K: 32 at a
-//                 Q4_K read as stored — Q8_0 with the       time, kernels::prefill_*; without
-//                 weights' block sums made at load —,     AVX2: panels in f32)
+//                 lanes, on AVX512-VNNI Q8_0, Q4_0 and      (AVX512-VNNI: 16 rows x 32 tokens at a
+//                 Q4_K read as stored — Q8_0 with the       time, kernels::prefill_*, Q4_0 made
+//                 weights' block sums made at load —,     Q8_0 and the others unpacked once per
+//                                                          call; without AVX2: panels in f32)
 //                 the others unpacked)
 //
 // Q4_0 and, on AMD, Q4_K (and, when named, Q8_0) matrices copied at load are regrouped by 8 rows on
@@ -83,7 +84,7 @@ struct QuantizedInput {
   std::vector<int32_t> lane_gsum;             // [chunks, in / 16, kLaneTokens]
   std::vector<uint8_t> lane_u;                // [chunks, in / 16, 4, kLaneTokens, 4] lane_q + 128, when asked for
   int64_t lane_tokens = 0;                    // T of the last lay_out_token_lanes
-  // after quantize; `unsigned_quads`: lane_u too (the Q8_0 block-sum prefill, kernels::prefill_q8_0_sums)
+  // after quantize; `unsigned_quads`: lane_u too (kernels::prefill_q8_0_sums, prefill_q4_0)
   void lay_out_token_lanes(int64_t T, int threads = 1, bool unsigned_quads = false);
   int64_t lane_chunks() const { return (lane_tokens + kernels::kLaneTokens - 1) / kernels::kLaneTokens; }
   kernels::TokenLaneActivations token_lanes(int64_t chunk = 0) const {
@@ -126,7 +127,7 @@ class PreparedInput {
   bool token_lanes_ = false;  // b_->q8_0 / q8_k also laid out for dot_tokens: run_block takes that path
   bool token_pairs_ = false;  // a target's prefill path is PrefillPath::AmxTiles or Bf16Dot: x packed by pack_token_pairs
   bool lane_prefill_ = false; // a target's prefill path is PrefillPath::Int8Lanes
-  bool unsigned_lanes_ = false;  // ... and one is Q8_0 with block sums: b_->q8_0.lane_u for prefill_q8_0_sums
+  bool unsigned_lanes_ = false;  // a target is Q8_0 with block sums (prefill or batched decode) or a Q4_0 prefill: b_->q8_0.lane_u
   bool x_pairs_ = false;      // one token, a BF16 target: x split into pairs for one_token_bf16_pairs
   bool panels_ = false;       // a target's prefill path is PrefillPath::F32 on f32/f16/bf16 weights: x packed for panel_rows
 };
