@@ -205,6 +205,43 @@ TEST_CASE("kernels: aarch64 dotprod's dot (sdot on q - 128) and fused dot equal 
   }
 }
 
+TEST_CASE("kernels: the AVX-512 table's K dots (Q6_K two chunks to a register) give the AVX2 table's bits, extreme quants included") {
+  if (!cpu::kernels::supports(Isa::Avx512)) {
+    MESSAGE("this CPU lacks avx512-vnni; not tested");
+    return;
+  }
+  const auto& avx2 = cpu::kernels::table(Isa::Avx2);
+  const auto& avx512 = cpu::kernels::table(Isa::Avx512);
+  int compared = 0;
+  // 1, 3 (an odd count: the last super-block's accumulator alone), 8 and 22 super-blocks
+  for (int64_t n : {int64_t(256), int64_t(768), int64_t(2048), int64_t(5632)}) {
+    for (int extreme = 0; extreme < 2; ++extreme) {
+      auto w_values = scalar::random_vector(size_t(n), 23, 0.5f);
+      auto x_values = scalar::random_vector(size_t(n), 24, 2.0f);
+      if (extreme)  // the largest quants and scales, activations at +-127
+        for (size_t i = 0; i < size_t(n); ++i) w_values[i] = i % 2 ? 1.0f : -1.0f, x_values[i] = i % 3 ? 2.0f : -2.0f;
+      cpu::QuantizedInput qx;
+      qx.quantize(x_values.data(), 1, n, 256);
+      const cpu::kernels::QuantizedActivations x{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};
+      for (DType type : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+        if (!cpu::kernels::has_fused_dot(type, Isa::Avx2) || !cpu::kernels::has_fused_dot(type, Isa::Avx512)) continue;
+        CAPTURE(n); CAPTURE(extreme); CAPTURE(dtype_name(type));
+        const auto bytes = quantized(type, w_values);
+        float narrow = NAN, wide = NAN;
+        avx2.dot_rows(type, bytes.data(), bytes.size(), 1, x, n, &narrow);
+        avx512.dot_rows(type, bytes.data(), bytes.size(), 1, x, n, &wide);
+        uint32_t narrow_bits = 0, wide_bits = 0;
+        std::memcpy(&narrow_bits, &narrow, 4);
+        std::memcpy(&wide_bits, &wide, 4);
+        CHECK(wide_bits == narrow_bits);
+        CHECK(std::isfinite(wide));
+        ++compared;
+      }
+    }
+  }
+  CHECK(compared == 4 * 2 * 5);
+}
+
 TEST_CASE("kernels: dot_rows over many rows gives each row the value it gets alone, and the dequantized dot") {
   // 5 rows starting at row 0 and at row 1; rows of 768 (24 blocks: the 4-block loop and no tail)
   // and 800 (25 blocks: a tail block)
