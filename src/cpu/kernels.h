@@ -233,6 +233,11 @@ struct KernelTable {
   // bit QuantizedInput::quantize's plain loop (block 32). AVX2 and AVX-512; nullptr in the generic
   // table: that loop runs instead.
   void (*quantize_q8_0)(const float* x, int64_t n, int8_t* q, float* dx, int32_t* gsum, float* xs);
+  // The same for Q8_K activation blocks (n a multiple of 256: d = 1 / (-127 / max), max the first
+  // value of the largest magnitude; q rounded to even, at most 127), what the K types multiply; bit
+  // for bit QuantizedInput::quantize_portable's block 256. AVX2 and AVX-512; nullptr in the generic
+  // table.
+  void (*quantize_q8_k)(const float* x, int64_t n, int8_t* q, float* dx, int32_t* gsum, float* xs);
   // Attention for one query over `count` positions whose K or V rows (D values each, of the KV
   // pool's type: f32, f16, bf16 or q8_0, read where they lie) are at rows[p]: scores[p] = scale *
   // (q . rows[p]); out[d] = sum_p weights[p] * rows[p][d], each value widened to f32 as

@@ -98,12 +98,13 @@ bool quantize_in_parallel(int threads, int64_t T, int64_t in) { return threads >
 
 void QuantizedInput::quantize(const float* x, int64_t T, int64_t in_, int64_t block, int threads) {
   const kernels::KernelTable& k = kernels::table(kernels::best_isa());
-  if (block != 32 || !k.quantize_q8_0) return quantize_portable(x, T, in_, block, threads);
+  const auto row_kernel = block == 32 ? k.quantize_q8_0 : block == 256 ? k.quantize_q8_k : nullptr;
+  if (!row_kernel) return quantize_portable(x, T, in_, block, threads);
   size_for(T, in_);
   const int64_t groups = in / kernels::kGroup;
 #pragma omp parallel for num_threads(threads) schedule(static) if (quantize_in_parallel(threads, T, in))
   for (int64_t t = 0; t < T; ++t)
-    k.quantize_q8_0(x + t * in, in, q.data() + t * in, dx.data() + t * groups, gsum.data() + t * groups,
+    row_kernel(x + t * in, in, q.data() + t * in, dx.data() + t * groups, gsum.data() + t * groups,
                     xs.data() + t * groups);
 }
 

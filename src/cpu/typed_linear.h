@@ -71,8 +71,8 @@ struct QuantizedInput {
   std::vector<int32_t> gsum;    // [T, in / 16] sum of the group's quants
   // block: 32 (Q8_0) or 256 (Q8_K); `threads` share the rows of a prefill-sized x
   void quantize(const float* x, int64_t T, int64_t in, int64_t block, int threads = 1);
-  // The same in plain loops (what quantize runs where the CPU has no kernels::quantize_q8_0, and
-  // for Q8_K everywhere): the kernel is tested bit for bit against it.
+  // The same in plain loops (what quantize runs where the CPU has no kernels::quantize_q8_0 /
+  // quantize_q8_k): the kernels are tested bit for bit against it.
   void quantize_portable(const float* x, int64_t T, int64_t in, int64_t block, int threads = 1);
   void size_for(int64_t T, int64_t in);  // in, and q, dx, xs, gsum sized for T rows of `in`
 

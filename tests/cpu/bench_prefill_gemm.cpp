@@ -13,7 +13,7 @@
 //   onednn int8 packed  u8 x s8 with int32 sums, the weight packed once: the ceiling `journey bench`
 //                       holds the int8 token lanes against (AVX2 and AVX512-VNNI without the bf16
 //                       paths)
-//   journey bf16 .. q4_k journey's own prefill product, cpu::linear as the engine calls it (x rounded
+//   journey bf16 .. q6_k journey's own prefill product, cpu::linear as the engine calls it (x rounded
 //                       to bf16 and packed, the weight as stored: bf16, or blocks dequantized to bf16
 //                       panels on the way), on AMX tiles where the CPU has them (kernels line of
 //                       `journey bench`), else AVX512-BF16 where it pays (kernels::bf16_dot_pays);
@@ -36,6 +36,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -120,9 +121,9 @@ int main(int argc, char** argv) {
               load_average_line().c_str());
   if (!cpu::onednn::available()) std::printf("(journey was built without oneDNN: its columns read 0, \"not built\")\n");
   std::printf("journey's kernels: %s\n", cpu::kernels::kernel_choice().c_str());
-  std::printf("%-14s %-12s %7s %11s %11s %11s %11s %11s %10s %9s %9s %9s %9s  %s\n", "weight", "[K, N]", "threads",
-              "onednn bf16", "bf16 packed", "onednn f32", "f32 packed", "int8 packed", "eigen f32", "j bf16", "j q8_0",
-              "j q4_0", "j q4_k", "kernels");
+  std::printf("%-14s %-12s %7s %11s %11s %11s %11s %11s %10s %9s %9s %9s %9s %9s  %s\n", "weight", "[K, N]",
+              "threads", "onednn bf16", "bf16 packed", "onednn f32", "f32 packed", "int8 packed", "eigen f32", "j bf16",
+              "j q8_0", "j q4_0", "j q4_k", "j q6_k", "kernels");
   using cpu::onednn::WeightLayout;
   for (int threads : {1, 2}) {
     for (const Shape& shape : kShapes) {
@@ -136,9 +137,10 @@ int main(int argc, char** argv) {
       const cpu::onednn::MatmulRate f32_packed = onednn(DType::F32, WeightLayout::Prepacked);
       const cpu::onednn::MatmulRate int8_packed = onednn(DType::U8, WeightLayout::Prepacked);
       const double eigen = measure_gemm_gflops(threads, tokens, shape.K, shape.N);
-      double journey[4];
-      const DType journey_types[4] = {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K};
-      for (int i = 0; i < 4; ++i) {
+      // Q6_K: the output layer and half of ffn_down / attn_v in a Q4_K_M file
+      const DType journey_types[] = {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
+      double journey[std::size(journey_types)];
+      for (size_t i = 0; i < std::size(journey_types); ++i) {
         // the K types need rows of whole super-blocks
         const bool fits = shape.K % dtype_block_size(journey_types[i]) == 0;
         journey[i] = fits ? journey_linear_gflops(threads, tokens, shape.K, shape.N, journey_types[i], seconds) : 0;
@@ -155,10 +157,10 @@ int main(int argc, char** argv) {
       };
       char dims[32];
       std::snprintf(dims, sizeof dims, "[%lld, %lld]", (long long)shape.K, (long long)shape.N);
-      std::printf("%-14s %-12s %7d %11s %11s %11s %11s %11s %10.1f %9.1f %9.1f %9.1f %9.1f  bf16 %s; f32 %s; int8 %s\n",
+      std::printf("%-14s %-12s %7d %11s %11s %11s %11s %11s %10.1f %9.1f %9.1f %9.1f %9.1f %9.1f  bf16 %s; f32 %s; int8 %s\n",
                   shape.name, dims, threads, rate(bf16).c_str(), rate(bf16_packed).c_str(), rate(f32).c_str(),
                   rate(f32_packed).c_str(), rate(int8_packed).c_str(), eigen, journey[0], journey[1], journey[2],
-                  journey[3], kernels(bf16, bf16_packed).c_str(), kernels(f32, f32_packed).c_str(),
+                  journey[3], journey[4], kernels(bf16, bf16_packed).c_str(), kernels(f32, f32_packed).c_str(),
                   int8_packed.implementation.c_str());
       std::fflush(stdout);
     }

@@ -1112,6 +1112,45 @@ TEST_CASE("kernels: the vectorized Q8_0 activation quantization equals the plain
   CHECK(std::memcmp(shared.dx.data(), alone.dx.data(), alone.dx.size() * sizeof(float)) == 0);
 }
 
+TEST_CASE("kernels: the vectorized Q8_K activation quantization equals the plain loop bit for bit, ties and the largest value's sign included") {
+  const int64_t T = 3, in = 1280;  // 5 super-blocks of 256 per token
+  std::vector<float> x = scalar::random_vector(size_t(T * in), 72, 3.0f);  // [T, in]
+  // super-block 1 of token 0: max -127 first, +127 later (the first maps to -127: inverse 1, d = 1),
+  // the others exact ties k + 0.5 after scaling (round to even: 4.5 -> 4, -5.5 -> -6)
+  float* tie = x.data() + 256;
+  for (int j = 0; j < 256; ++j) tie[j] = (float(j % 20) + 0.5f) * (j % 2 ? -1.0f : 1.0f);
+  tie[3] = -127.0f, tie[200] = 127.0f;
+  std::fill(x.begin() + 512, x.begin() + 768, 0.0f);  // super-block 2: all zero (d = 0)
+  x[size_t(in + 17)] = 1e-30f;                           // token 1: a tiny value among normal ones
+  x[size_t(2 * in + 300)] = 50.0f, x[size_t(2 * in + 301)] = -50.0f;  // token 2: +max before -max
+  cpu::QuantizedInput plain;
+  plain.quantize_portable(x.data(), T, in, 256);
+  CHECK(plain.q[256 + 3] == -127);
+  CHECK(plain.q[256 + 200] == 127);
+  CHECK(plain.q[256 + 4] == 4);   // 4.5 -> 4 (even)
+  CHECK(plain.q[256 + 5] == -6);  // -5.5 -> -6 (even)
+  CHECK(plain.q[size_t(2 * in + 300)] == -127);
+  CHECK(plain.q[size_t(2 * in + 301)] == 127);
+  int tested = 0;
+  for (Isa isa : supported_isas()) {
+    const auto& k = cpu::kernels::table(isa);
+    if (!k.quantize_q8_k) continue;  // the generic table: the plain loop itself
+    CAPTURE(cpu::kernels::isa_name(isa));
+    ++tested;
+    cpu::QuantizedInput fast;
+    fast.size_for(T, in);
+    const int64_t groups = in / cpu::kernels::kGroup;
+    for (int64_t t = 0; t < T; ++t)
+      k.quantize_q8_k(x.data() + t * in, in, fast.q.data() + t * in, fast.dx.data() + t * groups,
+                      fast.gsum.data() + t * groups, fast.xs.data() + t * groups);
+    CHECK(fast.q == plain.q);
+    CHECK(fast.gsum == plain.gsum);
+    CHECK(std::memcmp(fast.dx.data(), plain.dx.data(), plain.dx.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(fast.xs.data(), plain.xs.data(), plain.xs.size() * sizeof(float)) == 0);
+  }
+  if (tested == 0) MESSAGE("no AVX2 here: activations are quantized by the plain loop only");
+}
+
 TEST_CASE("kernels: softmax_row and silu_mul equal double-precision exp within 4e-7; -inf weighs exactly 0; a value's bits do not depend on its place") {
   // (Relative bounds: e^x's own error ~1e-7, plus, for softmax, the f32 rounding of x - max, which
   // moves e^(x - max) by up to |x - max| 2^-24 relative; silu below g = -88 is -0 against a true
