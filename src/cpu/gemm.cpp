@@ -184,8 +184,8 @@ int int8_prefill_setting() {
 }  // namespace
 
 bool int8_lanes_before_bf16(DType type) {
-  return (type == DType::Q8_0 || type == DType::Q4_0) && int8_prefill_setting() == 1 && has_bf16_dot() &&
-         !has_amx() && has_stored_token_dot(type, best_isa());
+  return dtype_is_quantized(type) && int8_prefill_setting() == 1 && has_bf16_dot() && !has_amx() &&
+         table(best_isa()).prefill_unpacked != nullptr;  // (with it the prefill tiles of every block type)
 }
 
 namespace {
@@ -244,7 +244,7 @@ std::string kernel_choice() {
     choice += " + amx-bf16 prefill";
   } else if (bf16_dot_pays()) {
     choice += " + avx512-bf16 prefill (" + rates() + ")";
-    if (int8_lanes_before_bf16(DType::Q8_0)) choice += " (Q8_0, Q4_0 on int8 token lanes)";
+    if (int8_lanes_before_bf16(DType::Q8_0)) choice += " (block types on int8 token lanes)";
   } else if (has_bf16_dot()) {
     choice += " (avx512-bf16 not used: " + rates() + "; prefill on int8 token lanes and f32 panels)";
   }

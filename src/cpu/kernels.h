@@ -47,13 +47,15 @@ bool has_bf16_dot();
 // this process the tile state (Linux arch_prctl ARCH_REQ_XCOMP_PERM) and JOURNEY_CPU_ISA does not cap
 // it (below "amx"). Implies has_bf16_dot().
 bool has_amx();
-// Q8_0 and Q4_0 prefill on the integer token lanes of batched decode (x quantized to 8 bits,
-// vpdpbusd on the blocks as stored) instead of the bf16 panels, on a CPU with AVX512-BF16 but no
-// AMX (AMD Zen 4, Intel Cooper Lake): measured faster there since the token lanes got their
-// one-instruction quads and Q8_0's block sums (docs/performance.md, "Q8_0 and Q4_0 prefill on the
-// token lanes"); the K types stay on the panels (Q4_K's lanes measured slower). JOURNEY_INT8_PREFILL=off
-// keeps every block type on the panels (to compare); another value than on/off is an error at
-// kernel_choice().
+// The block types' prefill on the integer tiles of the token lanes (x quantized to 8 bits,
+// vpdpbusd on the blocks: kernels::prefill_*) instead of the bf16 panels, on a CPU with
+// AVX512-BF16 but no AMX (AMD Zen 4, Intel Cooper Lake). Q8_0 and Q4_0 first (docs/performance.md,
+// "Q8_0 and Q4_0 prefill on the token lanes"); every block type since the prefill tiles and the
+// vectorized Q8_K quantization (quantize_q8_k): on AMD Zen 4, 2 threads, 128 tokens, Q4_K 552-596
+// against 385-401 GFLOP/s on the panels, Q6_K 467-522 against 350-387 (bench_prefill_gemm, q/o,
+// gate/up and down; docs/performance.md, "The K types on the token lanes on AMD Zen 4").
+// JOURNEY_INT8_PREFILL=off keeps every block type on the panels (to compare); another value than
+// on/off is an error at kernel_choice().
 bool int8_lanes_before_bf16(DType type);
 // Whether prefill takes the AVX512-BF16 panels at all (PrefillPath::Bf16Dot): vdpbf16ps does 32
 // multiply-adds per instruction against f32 FMA's 16, and runs at that rate on AMD Zen 4 (457

@@ -14,8 +14,8 @@
 //                                                          AVX512-BF16, where it measures faster
 //                                                          than f32 FMA: kernels::bf16_dot_pays),
 //                                                          x rounded to bf16; else f32 panels (exact)
-//   block types   x -> Q8_0 / Q8_K, integer dots           the same on panels dequantized to bf16;
-//                 (vpdpbusd on AVX512-VNNI, vpmaddubsw on   without them the token lanes of
+//   block types   x -> Q8_0 / Q8_K, integer dots           AMX tiles on rows dequantized to bf16;
+//                 (vpdpbusd on AVX512-VNNI, vpmaddubsw on   without AMX the token lanes of
 //                 AVX2; from a few tokens: all in register  batched decode, 16 tokens at a time
 //                 lanes, on AVX512-VNNI Q8_0, Q4_0 and      (AVX512-VNNI: 16 rows x 32 tokens at a
 //                 Q4_K read as stored — Q8_0 with the       time, kernels::prefill_*, Q4_0 made
@@ -55,8 +55,8 @@ inline constexpr int64_t kSmallBatchTokens = 16;
 // products where they pay (kernels::bf16_dot_pays; bf16 and the block types, rows a multiple of 32:
 // bf16_panel_rows), block types without
 // either through the integer token-lane kernel of batched decode, 16 tokens at a time (AVX2 and
-// AVX512-VNNI: x quantized to 8 bits as for decode; Q8_0 and Q4_0 take it before the AVX512-BF16
-// panels too, kernels::int8_lanes_before_bf16), or in f32 (f32 weights, f16/bf16 without the bf16 instructions, and block types on a
+// AVX512-VNNI: x quantized to 8 bits as for decode; on AVX512-VNNI every block type takes it
+// before the AVX512-BF16 panels too, kernels::int8_lanes_before_bf16), or in f32 (f32 weights, f16/bf16 without the bf16 instructions, and block types on a
 // CPU without AVX2). The two bf16 paths round x to bf16.
 enum class PrefillPath { F32, Bf16Dot, AmxTiles, Int8Lanes };
 PrefillPath prefill_path_of(DType type, int64_t in);
