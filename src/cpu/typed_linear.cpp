@@ -280,9 +280,12 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
                            kernels::has_grouped_token_dot(type, isa);  // (Q4_K's rows: put back first)
   const bool panel_groups =
       target.weight.row_groups && prefill && (path == PrefillPath::Bf16Dot || path == PrefillPath::AmxTiles);
-  if (target.weight.row_groups && !fused_groups && !lane_groups && !panel_groups) {
-    // Q4_K's token lanes (and a prefill of a CPU without the bf16 paths): the rows back as stored, a
-    // chunk at a time, through the usual kernels
+  // Q4_K's prefill tiles read the groups as they are (prefill and batched decode on the lanes)
+  const bool q4_k_tile_groups = target.weight.row_groups && type == DType::Q4_K && token_lanes_ && k.prefill_q4_k &&
+                                k.dot_tokens_stored && kernels::has_stored_token_dot(type, isa);
+  if (target.weight.row_groups && !fused_groups && !lane_groups && !panel_groups && !q4_k_tile_groups) {
+    // the other token lanes of grouped rows (and a prefill of a CPU without the bf16 paths): the
+    // rows back as stored, a chunk at a time, through the usual kernels
     Scratch& s = scratch();
     ensure(s.stored, size_t(kStoredChunkRows) * row_bytes);
     for (int64_t r0 = begin; r0 < end; r0 += kStoredChunkRows) {
@@ -470,8 +473,12 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
           } else if (q4_0_tiles)
             k.prefill_q4_0(weight + r0 * row_bytes, row_bytes, rows, lanes.data() + c0, call_chunks, in, y,
                            s.prefill_scratch.data());
+          else if (q4_k_tile_groups)  // from the group that holds row r0
+            k.prefill_q4_k(weight + r0 / kernels::kGroupRows * kernels::kGroupRows * row_bytes, row_bytes,
+                           int(r0 % kernels::kGroupRows), rows, lanes.data() + c0, call_chunks, in, y,
+                           s.prefill_scratch.data());
           else
-            k.prefill_q4_k(weight + r0 * row_bytes, row_bytes, rows, lanes.data() + c0, call_chunks, in, y,
+            k.prefill_q4_k(weight + r0 * row_bytes, row_bytes, -1, rows, lanes.data() + c0, call_chunks, in, y,
                            s.prefill_scratch.data());
         }
       }

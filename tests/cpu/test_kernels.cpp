@@ -830,12 +830,45 @@ TEST_CASE("kernels: prefill_q4_k (up to 16 rows against every chunk of 16 tokens
           qx.lay_out_token_lanes(T);
           check_prefill_kernel(qx, n, T, rows, rows + 1, rows % 2 == 0,
               [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& y, float* scratch) {
-                k.prefill_q4_k(stored.data(), size_t(row_bytes), rows, lanes, chunks, n, y, scratch);
+                k.prefill_q4_k(stored.data(), size_t(row_bytes), -1, rows, lanes, chunks, n, y, scratch);
               },
               [&](int r0, int here, const cpu::kernels::TokenLaneActivations& lanes, float* want) {
                 k.dot_tokens_stored(DType::Q4_K, stored.data() + r0 * row_bytes, size_t(row_bytes), here, lanes, n, want);
               });
         }
+  }
+}
+
+TEST_CASE("kernels: prefill_q4_k on rows regrouped by 8 (block_q4_kx8, from any row of a group, across groups) equals dot_tokens_stored on the rows as stored, bit for bit") {
+  for (Isa isa : supported_isas()) {
+    const auto& k = cpu::kernels::table(isa);
+    if (!k.prefill_q4_k) continue;  // AVX512-VNNI only
+    constexpr int kMatrixRows = 32;  // 4 groups
+    for (int64_t n : {256, 2048})
+      for (int64_t T : {6, 45}) {  // one chunk (tiles of 8 rows), 3 chunks
+        const int64_t row_bytes = dtype_bytes_for(DType::Q4_K, n);
+        const std::vector<uint8_t> stored = quantized_random_rows(DType::Q4_K, kMatrixRows, n, 120);
+        std::vector<uint8_t> grouped(stored.size());
+        cpu::kernels::rows_to_groups(DType::Q4_K, stored.data(), kMatrixRows, n, grouped.data());
+        REQUIRE(grouped != stored);  // (the layout did change)
+        const auto x_values = scalar::random_vector(size_t(T * n), 121, 2.0f);
+        cpu::QuantizedInput qx;
+        qx.quantize(x_values.data(), T, n, 256);
+        qx.lay_out_token_lanes(T);
+        // a call's first row at a group's start, inside one, at its last row; 1 to 16 rows
+        for (auto [first, rows] : {std::pair{0, 16}, {3, 16}, {7, 9}, {8, 1}, {13, 6}, {16, 16}, {21, 11}}) {
+          CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(n); CAPTURE(T); CAPTURE(first); CAPTURE(rows);
+          const uint8_t* group = grouped.data() + first / 8 * 8 * row_bytes;
+          check_prefill_kernel(qx, n, T, rows, rows + 1, first % 2 == 1,
+              [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& y, float* scratch) {
+                k.prefill_q4_k(group, size_t(row_bytes), first % 8, rows, lanes, chunks, n, y, scratch);
+              },
+              [&](int r0, int here, const cpu::kernels::TokenLaneActivations& lanes, float* want) {
+                k.dot_tokens_stored(DType::Q4_K, stored.data() + (first + r0) * row_bytes, size_t(row_bytes), here, lanes,
+                                    n, want);
+              });
+        }
+      }
   }
 }
 
