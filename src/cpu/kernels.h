@@ -216,11 +216,12 @@ struct KernelTable {
   void (*prefill_q8_0_sums)(const void* rows, size_t row_bytes, const int16_t* sums, size_t sums_stride, int count,
                             const TokenLaneActivations* x, int chunks, int64_t n, const PrefillOutput& y,
                             float* scratch);
-  // The same for Q4_0 rows as stored (x with its unsigned quads, as for Q8_0): each block made
-  // Q8_0's (q - 8) once per call, then prefill_q8_0_sums's tiles; bit for bit dot_tokens_stored
-  // (Q4_0) per chunk (plus the bias). AVX512-VNNI only.
-  void (*prefill_q4_0)(const void* rows, size_t row_bytes, int count, const TokenLaneActivations* x, int chunks,
-                       int64_t n, const PrefillOutput& y, float* scratch);
+  // The same for Q4_0 rows (x with its unsigned quads, as for Q8_0): each block made Q8_0's
+  // (q - 8) once per call, then prefill_q8_0_sums's tiles; bit for bit dot_tokens_stored (Q4_0) per
+  // chunk (plus the bias). Rows as stored or regrouped by 8 (block_q4_0x8), `rows` and
+  // `group_first` as for prefill_q4_k. AVX512-VNNI only.
+  void (*prefill_q4_0)(const void* rows, size_t row_bytes, int group_first, int count, const TokenLaneActivations* x,
+                       int chunks, int64_t n, const PrefillOutput& y, float* scratch);
   // The same for Q4_K rows (x as Q8_K lanes, signed): bit for bit dot_tokens_stored (Q4_K) per
   // chunk (plus the bias). The rows as stored at `rows` (group_first < 0), or regrouped by 8
   // (block_q4_kx8): `rows` is the group that holds the first row, its row group_first (0-7), and

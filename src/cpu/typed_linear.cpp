@@ -280,10 +280,13 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
                            kernels::has_grouped_token_dot(type, isa);  // (Q4_K's rows: put back first)
   const bool panel_groups =
       target.weight.row_groups && prefill && (path == PrefillPath::Bf16Dot || path == PrefillPath::AmxTiles);
-  // Q4_K's prefill tiles read the groups as they are (prefill and batched decode on the lanes)
-  const bool q4_k_tile_groups = target.weight.row_groups && type == DType::Q4_K && token_lanes_ && k.prefill_q4_k &&
-                                k.dot_tokens_stored && kernels::has_stored_token_dot(type, isa);
-  if (target.weight.row_groups && !fused_groups && !lane_groups && !panel_groups && !q4_k_tile_groups) {
+  // The Q4_K and Q4_0 prefill tiles read the groups as they are (Q4_K's in batched decode on the
+  // lanes too; Q4_0's there is lane_groups)
+  const bool tile_groups = target.weight.row_groups && token_lanes_ && k.dot_tokens_stored &&
+                           kernels::has_stored_token_dot(type, isa) &&
+                           ((type == DType::Q4_K && k.prefill_q4_k) ||
+                            (type == DType::Q4_0 && prefill && k.prefill_q4_0 && unsigned_lanes_));
+  if (target.weight.row_groups && !fused_groups && !lane_groups && !panel_groups && !tile_groups) {
     // the other token lanes of grouped rows (and a prefill of a CPU without the bf16 paths): the
     // rows back as stored, a chunk at a time, through the usual kernels
     Scratch& s = scratch();
@@ -470,16 +473,14 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
                            s.o.data() + r * groups);
             k.prefill_unpacked(type, s.q.data(), s.s.data(), s.o.data(), rows, lanes.data() + c0, call_chunks, in, y,
                                s.prefill_scratch.data());
-          } else if (q4_0_tiles)
-            k.prefill_q4_0(weight + r0 * row_bytes, row_bytes, rows, lanes.data() + c0, call_chunks, in, y,
-                           s.prefill_scratch.data());
-          else if (q4_k_tile_groups)  // from the group that holds row r0
-            k.prefill_q4_k(weight + r0 / kernels::kGroupRows * kernels::kGroupRows * row_bytes, row_bytes,
-                           int(r0 % kernels::kGroupRows), rows, lanes.data() + c0, call_chunks, in, y,
-                           s.prefill_scratch.data());
-          else
-            k.prefill_q4_k(weight + r0 * row_bytes, row_bytes, -1, rows, lanes.data() + c0, call_chunks, in, y,
-                           s.prefill_scratch.data());
+          } else {  // Q4_0 or Q4_K
+            // grouped: from the group that holds row r0, its row r0 % 8; as stored: from row r0
+            const char* from = tile_groups ? weight + r0 / kernels::kGroupRows * kernels::kGroupRows * row_bytes
+                                           : weight + r0 * row_bytes;
+            const int group_first = tile_groups ? int(r0 % kernels::kGroupRows) : -1;
+            (q4_0_tiles ? k.prefill_q4_0 : k.prefill_q4_k)(from, row_bytes, group_first, rows, lanes.data() + c0,
+                                                           call_chunks, in, y, s.prefill_scratch.data());
+          }
         }
       }
       return;

@@ -767,7 +767,7 @@ TEST_CASE("kernels: prefill_q4_0 (its rows made Q8_0 once per call, then prefill
           qx.lay_out_token_lanes(T, 1, /*unsigned_quads=*/true);
           check_prefill_kernel(qx, n, T, rows, rows + 2, rows % 2,
               [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& y, float* scratch) {
-                k.prefill_q4_0(stored.data(), size_t(row_bytes), rows, lanes, chunks, n, y, scratch);
+                k.prefill_q4_0(stored.data(), size_t(row_bytes), -1, rows, lanes, chunks, n, y, scratch);
               },
               [&](int r0, int here, const cpu::kernels::TokenLaneActivations& lanes, float* want) {
                 k.dot_tokens_stored(DType::Q4_0, stored.data() + r0 * row_bytes, size_t(row_bytes), here, lanes, n, want);
@@ -839,36 +839,39 @@ TEST_CASE("kernels: prefill_q4_k (up to 16 rows against every chunk of 16 tokens
   }
 }
 
-TEST_CASE("kernels: prefill_q4_k on rows regrouped by 8 (block_q4_kx8, from any row of a group, across groups) equals dot_tokens_stored on the rows as stored, bit for bit") {
+TEST_CASE("kernels: prefill_q4_0 and prefill_q4_k on rows regrouped by 8 (block_q4_0x8, block_q4_kx8; from any row of a group, across groups) equal dot_tokens_stored on the rows as stored, bit for bit") {
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);
-    if (!k.prefill_q4_k) continue;  // AVX512-VNNI only
+    if (!k.prefill_q4_k || !k.prefill_q4_0) continue;  // AVX512-VNNI only
     constexpr int kMatrixRows = 32;  // 4 groups
-    for (int64_t n : {256, 2048})
-      for (int64_t T : {6, 45}) {  // one chunk (tiles of 8 rows), 3 chunks
-        const int64_t row_bytes = dtype_bytes_for(DType::Q4_K, n);
-        const std::vector<uint8_t> stored = quantized_random_rows(DType::Q4_K, kMatrixRows, n, 120);
-        std::vector<uint8_t> grouped(stored.size());
-        cpu::kernels::rows_to_groups(DType::Q4_K, stored.data(), kMatrixRows, n, grouped.data());
-        REQUIRE(grouped != stored);  // (the layout did change)
-        const auto x_values = scalar::random_vector(size_t(T * n), 121, 2.0f);
-        cpu::QuantizedInput qx;
-        qx.quantize(x_values.data(), T, n, 256);
-        qx.lay_out_token_lanes(T);
-        // a call's first row at a group's start, inside one, at its last row; 1 to 16 rows
-        for (auto [first, rows] : {std::pair{0, 16}, {3, 16}, {7, 9}, {8, 1}, {13, 6}, {16, 16}, {21, 11}}) {
-          CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(n); CAPTURE(T); CAPTURE(first); CAPTURE(rows);
-          const uint8_t* group = grouped.data() + first / 8 * 8 * row_bytes;
-          check_prefill_kernel(qx, n, T, rows, rows + 1, first % 2 == 1,
-              [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& y, float* scratch) {
-                k.prefill_q4_k(group, size_t(row_bytes), first % 8, rows, lanes, chunks, n, y, scratch);
-              },
-              [&](int r0, int here, const cpu::kernels::TokenLaneActivations& lanes, float* want) {
-                k.dot_tokens_stored(DType::Q4_K, stored.data() + (first + r0) * row_bytes, size_t(row_bytes), here, lanes,
-                                    n, want);
-              });
+    for (DType type : {DType::Q4_0, DType::Q4_K})
+      for (int64_t n : {256, 2048})
+        for (int64_t T : {6, 45}) {  // one chunk (tiles of 8 rows), 3 chunks
+          const int64_t row_bytes = dtype_bytes_for(type, n);
+          const std::vector<uint8_t> stored = quantized_random_rows(type, kMatrixRows, n, 120);
+          std::vector<uint8_t> grouped(stored.size());
+          cpu::kernels::rows_to_groups(type, stored.data(), kMatrixRows, n, grouped.data());
+          REQUIRE(grouped != stored);  // (the layout did change)
+          const auto x_values = scalar::random_vector(size_t(T * n), 121, 2.0f);
+          cpu::QuantizedInput qx;
+          qx.quantize(x_values.data(), T, n, type == DType::Q4_0 ? 32 : 256);
+          qx.lay_out_token_lanes(T, 1, /*unsigned_quads=*/type == DType::Q4_0);
+          const auto prefill = type == DType::Q4_0 ? k.prefill_q4_0 : k.prefill_q4_k;
+          // a call's first row at a group's start, inside one, at its last row; 1 to 16 rows
+          for (auto [first, rows] : {std::pair{0, 16}, {3, 16}, {7, 9}, {8, 1}, {13, 6}, {16, 16}, {21, 11}}) {
+            CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type)); CAPTURE(n); CAPTURE(T); CAPTURE(first);
+            CAPTURE(rows);
+            const uint8_t* group = grouped.data() + first / 8 * 8 * row_bytes;
+            check_prefill_kernel(qx, n, T, rows, rows + 1, first % 2 == 1,
+                [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& y, float* scratch) {
+                  prefill(group, size_t(row_bytes), first % 8, rows, lanes, chunks, n, y, scratch);
+                },
+                [&](int r0, int here, const cpu::kernels::TokenLaneActivations& lanes, float* want) {
+                  k.dot_tokens_stored(type, stored.data() + (first + r0) * row_bytes, size_t(row_bytes), here, lanes, n,
+                                      want);
+                });
+          }
         }
-      }
   }
 }
 
