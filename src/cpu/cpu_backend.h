@@ -58,7 +58,8 @@ struct CpuOptions {
   // dot where the CPU has it (kernels.h, block_q4_0x8 ..); empty keeps every matrix as stored. By
   // default Q4_0, and Q4_K on AMD: one-token decode of Q4_K_M 0-36 % faster on the Zen 4 VM (the
   // gain where its memory outruns the stored kernel), at a cost of 0-10 % in prefill and ~11 % in a
-  // 16-stream step (Q4_K's token lanes put the rows back first), and 5-11 % slower on the Xeon VM;
+  // 16-stream step (when Q4_K's token lanes put the rows back first: they read the groups since
+  // 2026-12-06, not measured again), and 5-11 % slower on the Xeon VM;
   // Q8_0's grouped decode gained nothing on either, so it is opt-in (docs/performance.md, "Q4_K rows
   // in groups by default", "The Xeon VM again").
   std::vector<DType> row_groups = default_row_groups();

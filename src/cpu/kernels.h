@@ -357,9 +357,10 @@ inline bool has_fused_dot(DType type, Isa isa) {
 // Only matrices copied at load are grouped (not `--mmap`, which uses the file's bytes in place), only
 // linear weights (not the embedding table, which is read by rows), rows a multiple of 8, and only
 // where the CPU has dot_row_groups; JOURNEY_ROW_GROUPS=off keeps every matrix as stored. Batched
-// decode reads the rows from the groups (dot_tokens_grouped), prefill's bf16 panels too
-// (row_blocks_from_groups, slice by slice); the other paths (AMX prefill, Q4_K's unpacked token
-// lanes) put the rows back as stored (rows_from_groups) a chunk at a time.
+// decode reads the rows from the groups (dot_tokens_grouped; Q4_K through prefill_q4_k), prefill's
+// bf16 panels too (row_blocks_from_groups, slice by slice), AMX prefill, and the Q4_0 and Q4_K
+// prefill tiles (prefill_q4_0, prefill_q4_k); the other paths (a grouped Q8_0 on the token lanes, a
+// CPU without the bf16 paths) put the rows back as stored (rows_from_groups) a chunk at a time.
 inline constexpr int64_t kGroupRows = 8;
 struct block_q4_0x8 {
   uint16_t d[kGroupRows];

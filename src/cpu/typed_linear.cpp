@@ -38,8 +38,8 @@ void ensure(V& v, size_t n) {
 // Rows widened to f32 per fallback chunk: 16 rows of 5632 floats stay in L2 (360 KB).
 constexpr int64_t kFallbackRows = 16;
 
-// Rows of a grouped Q4_0 / Q8_0 matrix (WeightView::row_groups) put back as stored per chunk when a product
-// of several tokens reads it: 96 rows of 5632 weights are 297 KB (L2), two of bf16_panel_rows' 48-row
+// Rows of a grouped matrix (WeightView::row_groups) put back as stored per chunk where a product of
+// several tokens has no kernel that reads the groups (kernels.h): 96 rows of 5632 weights are 297 KB (L2), two of bf16_panel_rows' 48-row
 // panels.
 constexpr int64_t kStoredChunkRows = 96;
 

@@ -26,9 +26,9 @@
 // Q4_0 and, on AMD, Q4_K (and, when named, Q8_0) matrices copied at load are regrouped by 8 rows on
 // AVX512-VNNI CPUs (kernels.h, block_q4_0x8, block_q4_kx8, block_q8_0x8): 1-5 tokens take the
 // grouped fused dot (kernels::dot_row_groups), 6-16 the token lanes on the groups
-// (dot_tokens_grouped; Q4_K's rows are put back as stored first), prefill fills its bf16 panels
-// (AVX512-BF16 and AMX tiles) from the groups; every path gives the bits it gives on the rows as
-// stored.
+// (dot_tokens_grouped; Q4_K's prefill_q4_k tiles), prefill fills its bf16 panels (AVX512-BF16 and
+// AMX tiles) from the groups and its Q4_0 / Q4_K tiles read them; every path gives the bits it gives
+// on the rows as stored.
 //
 // f16 and bf16 up to 16 tokens (and f16 without AMX) are exact products of the stored weights
 // (f32 sums); the other paths round the activations (to 8 bits per block, or to bf16): the op test's tolerance per type
