@@ -1105,6 +1105,32 @@ TEST_CASE("kernels: the bf16 prefill kernels multiply each weight as bf16(the re
   }
 }
 
+// Each table's activation quantizer `kernel` (quantize_q8_0 or quantize_q8_k; nullptr in the
+// generic table, which runs the plain loop itself) on the T rows of x, against the plain loop's
+// `plain`, bit for bit.
+using QuantizeRow = void (*)(const float* x, int64_t n, int8_t* q, float* dx, int32_t* gsum, float* xs);
+void check_quantize_kernel(const std::vector<float>& x, int64_t T, int64_t in, const cpu::QuantizedInput& plain,
+                           QuantizeRow cpu::kernels::KernelTable::*kernel) {
+  int tested = 0;
+  for (Isa isa : supported_isas()) {
+    const QuantizeRow quantize = cpu::kernels::table(isa).*kernel;
+    if (!quantize) continue;
+    CAPTURE(cpu::kernels::isa_name(isa));
+    ++tested;
+    cpu::QuantizedInput fast;
+    fast.size_for(T, in);
+    const int64_t groups = in / cpu::kernels::kGroup;
+    for (int64_t t = 0; t < T; ++t)
+      quantize(x.data() + t * in, in, fast.q.data() + t * in, fast.dx.data() + t * groups, fast.gsum.data() + t * groups,
+               fast.xs.data() + t * groups);
+    CHECK(fast.q == plain.q);
+    CHECK(fast.gsum == plain.gsum);
+    CHECK(std::memcmp(fast.dx.data(), plain.dx.data(), plain.dx.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(fast.xs.data(), plain.xs.data(), plain.xs.size() * sizeof(float)) == 0);
+  }
+  if (tested == 0) MESSAGE("no AVX2 here: activations are quantized by the plain loop only");
+}
+
 TEST_CASE("kernels: the vectorized Q8_0 activation quantization equals the plain loop bit for bit, ties included") {
   const int64_t T = 3, in = 320;  // 10 blocks per token
   std::vector<float> x = scalar::random_vector(size_t(T * in), 70, 3.0f);  // [T, in]
@@ -1116,24 +1142,7 @@ TEST_CASE("kernels: the vectorized Q8_0 activation quantization equals the plain
   plain.quantize_portable(x.data(), T, in, 32);
   CHECK(plain.q[32 + 1] == -2);  // -1.5 rounds away from zero: the ties did reach the rounding
   CHECK(plain.q[32 + 2] == 3);   // 2.5 -> 3
-  int tested = 0;
-  for (Isa isa : supported_isas()) {
-    const auto& k = cpu::kernels::table(isa);
-    if (!k.quantize_q8_0) continue;  // the generic table: the plain loop itself
-    CAPTURE(cpu::kernels::isa_name(isa));
-    ++tested;
-    cpu::QuantizedInput fast;
-    fast.size_for(T, in);
-    const int64_t groups = in / cpu::kernels::kGroup;
-    for (int64_t t = 0; t < T; ++t)
-      k.quantize_q8_0(x.data() + t * in, in, fast.q.data() + t * in, fast.dx.data() + t * groups,
-                      fast.gsum.data() + t * groups, fast.xs.data() + t * groups);
-    CHECK(fast.q == plain.q);
-    CHECK(fast.gsum == plain.gsum);
-    CHECK(std::memcmp(fast.dx.data(), plain.dx.data(), plain.dx.size() * sizeof(float)) == 0);
-    CHECK(std::memcmp(fast.xs.data(), plain.xs.data(), plain.xs.size() * sizeof(float)) == 0);
-  }
-  if (tested == 0) MESSAGE("no AVX2 here: activations are quantized by the plain loop only");
+  check_quantize_kernel(x, T, in, plain, &cpu::kernels::KernelTable::quantize_q8_0);
   // and through QuantizedInput, threads sharing the rows of a prefill-sized input
   const int64_t big_T = 70, big_in = 1024;
   const std::vector<float> big = scalar::random_vector(size_t(big_T * big_in), 71, 3.0f);
@@ -1167,24 +1176,7 @@ TEST_CASE("kernels: the vectorized Q8_K activation quantization equals the plain
   CHECK(plain.q[256 + 5] == -6);  // -5.5 -> -6 (even)
   CHECK(plain.q[size_t(2 * in + 300)] == -127);
   CHECK(plain.q[size_t(2 * in + 301)] == 127);
-  int tested = 0;
-  for (Isa isa : supported_isas()) {
-    const auto& k = cpu::kernels::table(isa);
-    if (!k.quantize_q8_k) continue;  // the generic table: the plain loop itself
-    CAPTURE(cpu::kernels::isa_name(isa));
-    ++tested;
-    cpu::QuantizedInput fast;
-    fast.size_for(T, in);
-    const int64_t groups = in / cpu::kernels::kGroup;
-    for (int64_t t = 0; t < T; ++t)
-      k.quantize_q8_k(x.data() + t * in, in, fast.q.data() + t * in, fast.dx.data() + t * groups,
-                      fast.gsum.data() + t * groups, fast.xs.data() + t * groups);
-    CHECK(fast.q == plain.q);
-    CHECK(fast.gsum == plain.gsum);
-    CHECK(std::memcmp(fast.dx.data(), plain.dx.data(), plain.dx.size() * sizeof(float)) == 0);
-    CHECK(std::memcmp(fast.xs.data(), plain.xs.data(), plain.xs.size() * sizeof(float)) == 0);
-  }
-  if (tested == 0) MESSAGE("no AVX2 here: activations are quantized by the plain loop only");
+  check_quantize_kernel(x, T, in, plain, &cpu::kernels::KernelTable::quantize_q8_k);
 }
 
 TEST_CASE("kernels: softmax_row and silu_mul equal double-precision exp within 4e-7; -inf weighs exactly 0; a value's bits do not depend on its place") {
