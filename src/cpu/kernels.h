@@ -51,9 +51,9 @@ bool has_amx();
 // vpdpbusd on the blocks: kernels::prefill_*) instead of the bf16 panels, on a CPU with
 // AVX512-BF16 but no AMX (AMD Zen 4, Intel Cooper Lake). Q8_0 and Q4_0 first (docs/performance.md,
 // "Q8_0 and Q4_0 prefill on the token lanes"); every block type since the prefill tiles and the
-// vectorized Q8_K quantization (quantize_q8_k): on AMD Zen 4, 2 threads, 128 tokens, Q4_K 552-596
-// against 385-401 GFLOP/s on the panels, Q6_K 467-522 against 350-387 (bench_prefill_gemm, q/o,
-// gate/up and down; docs/performance.md, "The K types on the token lanes on AMD Zen 4").
+// vectorized Q8_K quantization (quantize_q8_k): on AMD Zen 4, 2 threads, 128 tokens,
+// bench_prefill_gemm's q/o and down products Q4_K 552-596 against 375-402 GFLOP/s on the panels,
+// Q6_K 467-522 against 349-385 (docs/performance.md, "The K types on the token lanes on AMD Zen 4").
 // JOURNEY_INT8_PREFILL=off keeps every block type on the panels (to compare); another value than
 // on/off is an error at kernel_choice().
 bool int8_lanes_before_bf16(DType type);
