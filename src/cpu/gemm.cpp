@@ -319,6 +319,13 @@ int unpacked_zero(DType type) {
   }
 }
 
+int unpacked_scale_groups(DType type) {
+  switch (type) {
+    case DType::Q2_K: case DType::Q3_K: case DType::Q6_K: return 1;
+    default: return 2;  // the legacy blocks of 32, Q4_K and Q5_K's sub-blocks of 32
+  }
+}
+
 bool unpacked_has_offset(DType type) {
   return type == DType::Q4_1 || type == DType::Q5_1 || type == DType::Q2_K || type == DType::Q4_K ||
          type == DType::Q5_K;

@@ -92,6 +92,9 @@ extern const bool kRowStreamPrefetch;
 // The zero point z and whether the type has per-group offsets o (a minimum) after unpacking.
 int unpacked_zero(DType type);
 bool unpacked_has_offset(DType type);
+// How many groups of 16 one scale and offset of the unpacked type cover: 2 (blocks and sub-blocks
+// of 32), or 1 (Q2_K, Q3_K, Q6_K: a scale per 16).
+int unpacked_scale_groups(DType type);
 // v as it is: a product passed through here is rounded to f32 before whatever adds it, never fused
 // with that addition into an FMA. The float part of dot() (the generic one and aarch64's) uses it
 // for every product, so that its bits do not depend on where the compiler chose to contract: GCC
@@ -229,7 +232,9 @@ struct KernelTable {
   void (*prefill_q4_k)(const void* rows, size_t row_bytes, int group_first, int count, const TokenLaneActivations* x,
                        int chunks, int64_t n, const PrefillOutput& y, float* scratch);
   // The same for `count` rows unpacked by unpack_row (q [count, n], s and o [count, n / 16]) of a
-  // type without a stored-row kernel: bit for bit dot_tokens per chunk (plus the bias); scratch:
+  // type without a stored-row kernel: bit for bit dot_tokens per chunk (plus the bias) for the
+  // types with a scale per 16; the types with one per 32 (unpacked_scale_groups) do the f32 work
+  // once per 32, within f32 rounding of it (kernels_impl.inc); scratch:
   // prefill_scratch_floats(n, chunks) floats. AVX512-VNNI only.
   void (*prefill_unpacked)(DType type, const uint8_t* q, const float* s, const float* o, int count,
                            const TokenLaneActivations* x, int chunks, int64_t n, const PrefillOutput& y, float* scratch);

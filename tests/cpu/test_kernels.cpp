@@ -776,7 +776,55 @@ TEST_CASE("kernels: prefill_q4_0 (its rows made Q8_0 once per call, then prefill
   }
 }
 
-TEST_CASE("kernels: prefill_unpacked (rows unpacked once per call, tiles of 4 rows x 2 chunks or 8 x 1) equals dot_tokens chunk by chunk for every block type, bit for bit, written transposed into y") {
+// prefill_unpacked on a type with one scale and offset per 32 weights (unpacked_scale_groups 2:
+// its f32 work once per pair of groups of 16) against the exact sum in double, sum over groups of
+// s dx (sum of (q - z) x) - o xs, within 4e-6 of the sum of those terms' magnitudes (one f32
+// rounding per term and per step of 24-128: <= 8e-6 at worst); dot_tokens (per group of 16, the
+// bits of batched decode) is held to the same bound, so both are the same product up to rounding.
+void check_unpacked_pairs(const cpu::kernels::KernelTable& k, DType type, const UnpackedRows& unpacked,
+                          const cpu::QuantizedInput& qx, int64_t n, int64_t T, int rows) {
+  const std::vector<uint8_t>& q = unpacked.q;
+  const std::vector<float>& s = unpacked.s;
+  const std::vector<float>& o = unpacked.o;
+  for (size_t g = 0; g < s.size(); g += 2) {  // what the kernel rests on: one scale and offset per pair
+    REQUIRE(s[g] == s[g + 1]);
+    REQUIRE(o[g] == o[g + 1]);
+  }
+  constexpr int64_t L = cpu::kernels::kLaneTokens;
+  const int64_t chunks = qx.lane_chunks(), groups = n / cpu::kernels::kGroup, stride = rows;
+  std::vector<cpu::kernels::TokenLaneActivations> lanes;
+  for (int64_t c = 0; c < chunks; ++c) lanes.push_back(qx.token_lanes(c));
+  std::vector<float> y(size_t(chunks * L * stride), NAN);  // [chunks x 16, rows]
+  std::vector<float> scratch(size_t(cpu::kernels::prefill_scratch_floats(n, chunks)), NAN);
+  k.prefill_unpacked(type, q.data(), s.data(), o.data(), rows, lanes.data(), int(chunks), n,
+                     cpu::kernels::PrefillOutput{y.data(), stride, nullptr}, scratch.data());
+  std::vector<float> decode(size_t(cpu::kernels::kTokenRows * L));  // dot_tokens' [rows, L] of one chunk
+  const int zero = cpu::kernels::unpacked_zero(type);
+  int64_t compared = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < T; ++t) {
+      double exact = 0, magnitude = 0;
+      for (int64_t g = 0; g < groups; ++g) {
+        int64_t sum = 0;
+        for (int64_t i = 0; i < cpu::kernels::kGroup; ++i)
+          sum += (int64_t(q[size_t(r * n + g * 16 + i)]) - zero) * int64_t(qx.q[size_t(t * n + g * 16 + i)]);
+        const double term = double(s[size_t(r * groups + g)]) * double(qx.dx[size_t(t * groups + g)]) * double(sum);
+        const double offset = double(o[size_t(r * groups + g)]) * double(qx.xs[size_t(t * groups + g)]);
+        exact += term - offset;
+        magnitude += std::fabs(term) + std::fabs(offset);
+      }
+      CAPTURE(r); CAPTURE(t);
+      CHECK(magnitude > 0.0);
+      CHECK(std::fabs(double(y[size_t(t * stride + r)]) - exact) <= 4e-6 * magnitude);
+      k.dot_tokens(type, q.data() + r * n, s.data() + r * groups, o.data() + r * groups, 1, lanes[size_t(t / L)], n,
+                   decode.data());
+      CHECK(std::fabs(double(decode[size_t(t % L)]) - exact) <= 4e-6 * magnitude);
+      ++compared;
+    }
+  CHECK(compared == rows * T);
+}
+
+TEST_CASE("kernels: prefill_unpacked (rows unpacked once per call, tiles of 4 rows x 2 chunks or 8 x 1) equals dot_tokens chunk by chunk, bit for bit, for the types with a scale per 16; those with one per 32 agree with the exact sum within f32 rounding of its terms, as dot_tokens does") {
   const int64_t n = 768;  // 3 super-blocks, 24 legacy blocks
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);
@@ -794,13 +842,17 @@ TEST_CASE("kernels: prefill_unpacked (rows unpacked once per call, tiles of 4 ro
           cpu::QuantizedInput qx;
           qx.quantize(x_values.data(), T, n, dtype_block_size(type) == 256 ? 256 : 32);
           qx.lay_out_token_lanes(T);
-          check_prefill_kernel(qx, n, T, rows, rows + 1, rows % 2,
-              [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& y, float* scratch) {
-                k.prefill_unpacked(type, q.data(), s.data(), o.data(), rows, lanes, chunks, n, y, scratch);
-              },
-              [&](int r0, int here, const cpu::kernels::TokenLaneActivations& lanes, float* want) {
-                k.dot_tokens(type, q.data() + r0 * n, s.data() + r0 * groups, o.data() + r0 * groups, here, lanes, n, want);
-              });
+          if (cpu::kernels::unpacked_scale_groups(type) == 1) {
+            check_prefill_kernel(qx, n, T, rows, rows + 1, rows % 2,
+                [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& y, float* scratch) {
+                  k.prefill_unpacked(type, q.data(), s.data(), o.data(), rows, lanes, chunks, n, y, scratch);
+                },
+                [&](int r0, int here, const cpu::kernels::TokenLaneActivations& lanes, float* want) {
+                  k.dot_tokens(type, q.data() + r0 * n, s.data() + r0 * groups, o.data() + r0 * groups, here, lanes, n, want);
+                });
+          } else {
+            check_unpacked_pairs(k, type, unpacked, qx, n, T, rows);
+          }
         }
   }
 }
