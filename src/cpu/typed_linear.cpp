@@ -39,8 +39,8 @@ void ensure(V& v, size_t n) {
 constexpr int64_t kFallbackRows = 16;
 
 // Rows of a grouped matrix (WeightView::row_groups) put back as stored per chunk where a product of
-// several tokens has no kernel that reads the groups (kernels.h): 96 rows of 5632 weights are 297 KB (L2), two of bf16_panel_rows' 48-row
-// panels.
+// several tokens has no kernel that reads the groups (kernels.h): 96 rows of 5632 weights are
+// 297 KB (L2), two of bf16_panel_rows' 48-row panels.
 constexpr int64_t kStoredChunkRows = 96;
 
 // From how many tokens batched decode takes dot_tokens (16 token lanes, filled or not) rather than
@@ -280,12 +280,12 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
                            kernels::has_grouped_token_dot(type, isa);  // (Q4_K's rows: put back first)
   const bool panel_groups =
       target.weight.row_groups && prefill && (path == PrefillPath::Bf16Dot || path == PrefillPath::AmxTiles);
-  // The Q4_K and Q4_0 prefill tiles read the groups as they are (Q4_K's in batched decode on the
-  // lanes too; Q4_0's there is lane_groups)
-  const bool tile_groups = target.weight.row_groups && token_lanes_ && k.dot_tokens_stored &&
-                           kernels::has_stored_token_dot(type, isa) &&
-                           ((type == DType::Q4_K && k.prefill_q4_k) ||
-                            (type == DType::Q4_0 && prefill && k.prefill_q4_0 && unsigned_lanes_));
+  // The Q4_K and Q4_0 tiles on the token lanes (prefill; Q4_K's in batched decode too, Q4_0's there
+  // is lane_groups) read the stored rows or the groups as they are
+  const bool stored_lanes = token_lanes_ && k.dot_tokens_stored && kernels::has_stored_token_dot(type, isa);
+  const bool q4_k_tiles = stored_lanes && type == DType::Q4_K && k.prefill_q4_k;
+  const bool q4_0_tiles = stored_lanes && prefill && type == DType::Q4_0 && k.prefill_q4_0 && unsigned_lanes_;
+  const bool tile_groups = target.weight.row_groups && (q4_k_tiles || q4_0_tiles);
   if (target.weight.row_groups && !fused_groups && !lane_groups && !panel_groups && !tile_groups) {
     // the other token lanes of grouped rows (and a prefill of a CPU without the bf16 paths): the
     // rows back as stored, a chunk at a time, through the usual kernels
@@ -439,8 +439,6 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     constexpr int kMaxRows = std::max(kernels::kStoredTokenRows, kernels::kTokenRows);
     constexpr int64_t L = kernels::kLaneTokens;
     const bool q8_0_tiles = with_sums && k.prefill_q8_0_sums && qx.lane_u.size();
-    const bool q4_k_tiles = stored && type == DType::Q4_K && k.prefill_q4_k;
-    const bool q4_0_tiles = prefill && stored && type == DType::Q4_0 && k.prefill_q4_0 && qx.lane_u.size();
     const bool unpacked_tiles = prefill && !stored && k.prefill_unpacked;  // the other block types
     if (q8_0_tiles || q4_k_tiles || q4_0_tiles || unpacked_tiles) {
       // prefill (and a batched decode step of Q8_0 with block sums or Q4_K: one chunk, tiles of
