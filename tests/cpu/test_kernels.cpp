@@ -690,21 +690,29 @@ int64_t check_prefill_output(const std::vector<float>& y, int64_t stride, int ro
 }
 
 // One prefill kernel call on the token lanes of qx (all its chunks), into a y of `stride` floats a
-// token, with a random bias or none: run(lanes, chunks, y, scratch) calls the kernel; checked by
-// check_prefill_output against want_of, every row x token compared.
-template <typename Run, typename Want>
-void check_prefill_kernel(const cpu::QuantizedInput& qx, int64_t n, int64_t T, int rows, int64_t stride, bool biased,
-                          Run&& run, Want&& want_of) {
+// token ([chunks x 16, stride], NaN where the call did not write), with `bias` or none:
+// run(lanes, chunks, y, scratch) calls the kernel.
+template <typename Run>
+std::vector<float> prefill_output(const cpu::QuantizedInput& qx, int64_t n, int64_t stride, const float* bias, Run&& run) {
   const int64_t chunks = qx.lane_chunks();
   std::vector<cpu::kernels::TokenLaneActivations> lanes;
   for (int64_t c = 0; c < chunks; ++c) lanes.push_back(qx.token_lanes(c));
-  const std::vector<float> bias = scalar::random_vector(size_t(rows), 92 + rows, 1.0f);
-  const float* with_bias = biased ? bias.data() : nullptr;
   std::vector<float> y(size_t(chunks * cpu::kernels::kLaneTokens * stride), NAN);  // [chunks x 16, stride]
   std::vector<float> scratch(size_t(cpu::kernels::prefill_scratch_floats(n, chunks)), NAN);
-  run(lanes.data(), int(chunks), cpu::kernels::PrefillOutput{y.data(), stride, with_bias}, scratch.data());
+  run(lanes.data(), int(chunks), cpu::kernels::PrefillOutput{y.data(), stride, bias}, scratch.data());
+  return y;
+}
+
+// prefill_output with a random bias or none, checked by check_prefill_output against want_of, every
+// row x token compared.
+template <typename Run, typename Want>
+void check_prefill_kernel(const cpu::QuantizedInput& qx, int64_t n, int64_t T, int rows, int64_t stride, bool biased,
+                          Run&& run, Want&& want_of) {
+  const std::vector<float> bias = scalar::random_vector(size_t(rows), 92 + rows, 1.0f);
+  const float* with_bias = biased ? bias.data() : nullptr;
+  const std::vector<float> y = prefill_output(qx, n, stride, with_bias, run);
   const int64_t compared = check_prefill_output(y, stride, rows, T, with_bias, [&](int r0, int here, int64_t c, float* want) {
-    want_of(r0, here, lanes[size_t(c)], want);
+    want_of(r0, here, qx.token_lanes(c), want);
   });
   CHECK(compared == rows * T);
 }
@@ -857,7 +865,33 @@ TEST_CASE("kernels: prefill_unpacked (rows unpacked once per call, tiles of 4 ro
   }
 }
 
-TEST_CASE("kernels: prefill_q4_k (up to 16 rows against every chunk of 16 tokens, tiles of 4 rows x 2 chunks or 8 x 1) equals dot_tokens_stored's Q4_K chunk by chunk, bit for bit, written transposed into y") {
+// A Q4_K row's product with token t of qx (Q8_K) in double, from the stored blocks by the
+// reference's unpacking of the 6-bit scales (quant::scale_min_k4): the sum over sub-blocks of 32
+// of d sc dx sum(q xq) - dmin m dx sum(xq); second, the sum of those terms' magnitudes.
+std::pair<double, double> q4_k_exact_product(const uint8_t* row, const cpu::QuantizedInput& qx, int64_t t, int64_t n) {
+  const auto* blocks = reinterpret_cast<const quant::block_q4_k*>(row);
+  double exact = 0, magnitude = 0;
+  for (int64_t sb = 0; sb < n / 256; ++sb)
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc = 0, m = 0;
+      quant::scale_min_k4(j, blocks[sb].scales, &sc, &m);
+      int64_t sum = 0, xsum = 0;
+      for (int i = 0; i < 32; ++i) {  // sub-blocks 2p and 2p + 1: the low and high nibbles of qs[32p ..]
+        const uint8_t byte = blocks[sb].qs[32 * (j / 2) + i];
+        const int64_t xq = qx.q[size_t(t * n + sb * 256 + 32 * j + i)];
+        sum += (j % 2 ? byte >> 4 : byte & 0x0F) * xq;
+        xsum += xq;
+      }
+      const double dx = qx.dx[size_t(t * (n / 16) + sb * 16)];  // (Q8_K: one scale per 256)
+      const double term = double(f16_to_f32(blocks[sb].d)) * sc * dx * double(sum);
+      const double offset = double(f16_to_f32(blocks[sb].dmin)) * m * dx * double(xsum);
+      exact += term - offset;
+      magnitude += std::fabs(term) + std::fabs(offset);
+    }
+  return {exact, magnitude};
+}
+
+TEST_CASE("kernels: prefill_q4_k (up to 16 rows against every chunk of 16 tokens, tiles of 4 rows x 2 chunks or 8 x 1, each super-block's sub-blocks summed before its dx) and dot_tokens_stored's Q4_K agree with the exact product within f32 rounding of its terms, written transposed into y") {
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);
     if (!k.prefill_q4_k) continue;  // AVX512-VNNI only
@@ -865,7 +899,7 @@ TEST_CASE("kernels: prefill_q4_k (up to 16 rows against every chunk of 16 tokens
       for (int64_t T : {6, 16, 17, 32, 45, 80})  // chunks: 1 (tiles of 8 rows), 2 (the second of one token), 2, 3, 5
         for (int rows : {1, 3, 4, 6, 11, 16}) {
           CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(n); CAPTURE(T); CAPTURE(rows);
-          const int64_t row_bytes = dtype_bytes_for(DType::Q4_K, n);
+          const int64_t row_bytes = dtype_bytes_for(DType::Q4_K, n), stride = rows + 1;
           std::vector<uint8_t> stored = quantized_random_rows(DType::Q4_K, rows, n, 110);  // [rows, row_bytes]
           // the last row's scales, minimums and quants random bytes: every 6-bit scale and minimum,
           // every nibble (d, dmin kept finite)
@@ -880,18 +914,35 @@ TEST_CASE("kernels: prefill_q4_k (up to 16 rows against every chunk of 16 tokens
           cpu::QuantizedInput qx;
           qx.quantize(x_values.data(), T, n, 256);
           qx.lay_out_token_lanes(T);
-          check_prefill_kernel(qx, n, T, rows, rows + 1, rows % 2 == 0,
-              [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& y, float* scratch) {
-                k.prefill_q4_k(stored.data(), size_t(row_bytes), -1, rows, lanes, chunks, n, y, scratch);
-              },
-              [&](int r0, int here, const cpu::kernels::TokenLaneActivations& lanes, float* want) {
-                k.dot_tokens_stored(DType::Q4_K, stored.data() + r0 * row_bytes, size_t(row_bytes), here, lanes, n, want);
+          const std::vector<float> bias = scalar::random_vector(size_t(rows), 92 + rows, 1.0f);
+          const float* with_bias = rows % 2 == 0 ? bias.data() : nullptr;
+          const std::vector<float> y = prefill_output(qx, n, stride, with_bias,
+              [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& out, float* scratch) {
+                k.prefill_q4_k(stored.data(), size_t(row_bytes), -1, rows, lanes, chunks, n, out, scratch);
               });
+          constexpr int64_t L = cpu::kernels::kLaneTokens;
+          std::vector<float> decode(size_t(cpu::kernels::kStoredTokenRows * L));  // dot_tokens_stored's [1, L]
+          int64_t compared = 0;
+          for (int r = 0; r < rows; ++r)
+            for (int64_t t = 0; t < T; ++t) {
+              CAPTURE(r); CAPTURE(t);
+              auto [exact, magnitude] = q4_k_exact_product(stored.data() + r * row_bytes, qx, t, n);
+              CHECK(magnitude > 0.0);
+              const double b = with_bias ? with_bias[r] : 0.0;
+              CHECK(std::fabs(double(y[size_t(t * stride + r)]) - (exact + b)) <= 4e-6 * (magnitude + std::fabs(b)));
+              k.dot_tokens_stored(DType::Q4_K, stored.data() + r * row_bytes, size_t(row_bytes), 1, qx.token_lanes(t / L),
+                                  n, decode.data());
+              CHECK(std::fabs(double(decode[size_t(t % L)]) - exact) <= 4e-6 * magnitude);
+              ++compared;
+            }
+          CHECK(compared == rows * T);
+          for (int64_t t = 0; t < int64_t(y.size()) / stride; ++t)  // nothing past the call's rows and tokens
+            for (int64_t r = t < T ? rows : 0; r < stride; ++r) CHECK(std::isnan(y[size_t(t * stride + r)]));
         }
   }
 }
 
-TEST_CASE("kernels: prefill_q4_0 and prefill_q4_k on rows regrouped by 8 (block_q4_0x8, block_q4_kx8; from any row of a group, across groups) equal dot_tokens_stored on the rows as stored, bit for bit") {
+TEST_CASE("kernels: prefill_q4_0 and prefill_q4_k on rows regrouped by 8 (block_q4_0x8, block_q4_kx8; from any row of a group, across groups) equal the same kernels on the rows as stored (prefill_q4_0: and dot_tokens_stored), bit for bit") {
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);
     if (!k.prefill_q4_k || !k.prefill_q4_0) continue;  // AVX512-VNNI only
@@ -914,14 +965,25 @@ TEST_CASE("kernels: prefill_q4_0 and prefill_q4_k on rows regrouped by 8 (block_
             CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type)); CAPTURE(n); CAPTURE(T); CAPTURE(first);
             CAPTURE(rows);
             const uint8_t* group = grouped.data() + first / 8 * 8 * row_bytes;
-            check_prefill_kernel(qx, n, T, rows, rows + 1, first % 2 == 1,
-                [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& y, float* scratch) {
-                  prefill(group, size_t(row_bytes), first % 8, rows, lanes, chunks, n, y, scratch);
-                },
-                [&](int r0, int here, const cpu::kernels::TokenLaneActivations& lanes, float* want) {
-                  k.dot_tokens_stored(type, stored.data() + (first + r0) * row_bytes, size_t(row_bytes), here, lanes, n,
-                                      want);
+            const auto from_groups = [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks,
+                                         const cpu::kernels::PrefillOutput& y, float* scratch) {
+              prefill(group, size_t(row_bytes), first % 8, rows, lanes, chunks, n, y, scratch);
+            };
+            const std::vector<float> bias = scalar::random_vector(size_t(rows), 93 + rows, 1.0f);
+            const std::vector<float> grouped_y = prefill_output(qx, n, rows + 1, bias.data(), from_groups);
+            const std::vector<float> stored_y = prefill_output(qx, n, rows + 1, bias.data(),
+                [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& y,
+                    float* scratch) {
+                  prefill(stored.data() + first * row_bytes, size_t(row_bytes), -1, rows, lanes, chunks, n, y, scratch);
                 });
+            CHECK(std::memcmp(grouped_y.data(), stored_y.data(), grouped_y.size() * sizeof(float)) == 0);
+            CHECK(std::count_if(grouped_y.begin(), grouped_y.end(), [](float v) { return !std::isnan(v); }) == rows * T);
+            if (type == DType::Q4_0)  // (Q4_K's tiles sum a super-block before its dx: not dot_tokens' bits)
+              check_prefill_kernel(qx, n, T, rows, rows + 1, first % 2 == 1, from_groups,
+                  [&](int r0, int here, const cpu::kernels::TokenLaneActivations& lanes, float* want) {
+                    k.dot_tokens_stored(type, stored.data() + (first + r0) * row_bytes, size_t(row_bytes), here, lanes,
+                                        n, want);
+                  });
           }
         }
   }
