@@ -225,16 +225,16 @@ struct KernelTable {
   // `group_first` as for prefill_q4_k. AVX512-VNNI only.
   void (*prefill_q4_0)(const void* rows, size_t row_bytes, int group_first, int count, const TokenLaneActivations* x,
                        int chunks, int64_t n, const PrefillOutput& y, float* scratch);
-  // The same for Q4_K rows (x as Q8_K lanes, signed): bit for bit dot_tokens_stored (Q4_K) per
-  // chunk (plus the bias). The rows as stored at `rows` (group_first < 0), or regrouped by 8
+  // The same for Q4_K rows (x as Q8_K lanes, signed): dot_tokens_stored (Q4_K) per chunk (plus the
+  // bias) within f32 rounding (the f32 work per super-block, kernels_impl.inc). The rows as stored at `rows` (group_first < 0), or regrouped by 8
   // (block_q4_kx8): `rows` is the group that holds the first row, its row group_first (0-7), and
   // the call's rows go on into the next groups. AVX512-VNNI only.
   void (*prefill_q4_k)(const void* rows, size_t row_bytes, int group_first, int count, const TokenLaneActivations* x,
                        int chunks, int64_t n, const PrefillOutput& y, float* scratch);
   // The same for `count` rows unpacked by unpack_row (q [count, n], s and o [count, n / 16]) of a
-  // type without a stored-row kernel: bit for bit dot_tokens per chunk (plus the bias) for the
-  // types with a scale per 16; the types with one per 32 (unpacked_scale_groups) do the f32 work
-  // once per 32, within f32 rounding of it (kernels_impl.inc); scratch:
+  // type without a stored-row kernel: dot_tokens per chunk (plus the bias) within f32 rounding, the
+  // f32 work once per 32 for the types with a scale per 32 (unpacked_scale_groups) and per
+  // super-block for the K types (kernels_impl.inc); scratch:
   // prefill_scratch_floats(n, chunks) floats. AVX512-VNNI only.
   void (*prefill_unpacked)(DType type, const uint8_t* q, const float* s, const float* o, int count,
                            const TokenLaneActivations* x, int chunks, int64_t n, const PrefillOutput& y, float* scratch);

@@ -784,20 +784,22 @@ TEST_CASE("kernels: prefill_q4_0 (its rows made Q8_0 once per call, then prefill
   }
 }
 
-// prefill_unpacked on a type with one scale and offset per 32 weights (unpacked_scale_groups 2:
-// its f32 work once per pair of groups of 16) against the exact sum in double, sum over groups of
-// s dx (sum of (q - z) x) - o xs, within 4e-6 of the sum of those terms' magnitudes (one f32
-// rounding per term and per step of 24-128: <= 8e-6 at worst); dot_tokens (per group of 16, the
-// bits of batched decode) is held to the same bound, so both are the same product up to rounding.
-void check_unpacked_pairs(const cpu::kernels::KernelTable& k, DType type, const UnpackedRows& unpacked,
+// prefill_unpacked against the exact sum in double, sum over groups of s dx (sum of (q - z) x) -
+// o xs, within 4e-6 of the sum of those terms' magnitudes (one f32 rounding per term and per step
+// of 24-128: <= 8e-6 at worst); dot_tokens (per group of 16, the bits of batched decode) is held to
+// the same bound, so both are the same product up to rounding. The types with one scale and offset
+// per 32 (unpacked_scale_groups 2) do the f32 work once per pair of groups of 16, the K types once
+// per super-block without dx (one per 256 in Q8_K) and then with it: neither is dot_tokens' bits.
+void check_unpacked_exact(const cpu::kernels::KernelTable& k, DType type, const UnpackedRows& unpacked,
                           const cpu::QuantizedInput& qx, int64_t n, int64_t T, int rows) {
   const std::vector<uint8_t>& q = unpacked.q;
   const std::vector<float>& s = unpacked.s;
   const std::vector<float>& o = unpacked.o;
-  for (size_t g = 0; g < s.size(); g += 2) {  // what the kernel rests on: one scale and offset per pair
-    REQUIRE(s[g] == s[g + 1]);
-    REQUIRE(o[g] == o[g + 1]);
-  }
+  if (cpu::kernels::unpacked_scale_groups(type) == 2)
+    for (size_t g = 0; g < s.size(); g += 2) {  // what the kernel rests on: one scale and offset per pair
+      REQUIRE(s[g] == s[g + 1]);
+      REQUIRE(o[g] == o[g + 1]);
+    }
   constexpr int64_t L = cpu::kernels::kLaneTokens;
   const int64_t chunks = qx.lane_chunks(), groups = n / cpu::kernels::kGroup, stride = rows;
   std::vector<cpu::kernels::TokenLaneActivations> lanes;
@@ -832,7 +834,7 @@ void check_unpacked_pairs(const cpu::kernels::KernelTable& k, DType type, const 
   CHECK(compared == rows * T);
 }
 
-TEST_CASE("kernels: prefill_unpacked (rows unpacked once per call, tiles of 4 rows x 2 chunks or 8 x 1) equals dot_tokens chunk by chunk, bit for bit, for the types with a scale per 16; those with one per 32 agree with the exact sum within f32 rounding of its terms, as dot_tokens does") {
+TEST_CASE("kernels: prefill_unpacked (rows unpacked once per call, tiles of 4 rows x 2 chunks or 8 x 1) and dot_tokens agree with the exact product within f32 rounding of its terms, for every block type") {
   const int64_t n = 768;  // 3 super-blocks, 24 legacy blocks
   for (Isa isa : supported_isas()) {
     const auto& k = cpu::kernels::table(isa);
@@ -841,26 +843,12 @@ TEST_CASE("kernels: prefill_unpacked (rows unpacked once per call, tiles of 4 ro
       for (int64_t T : {6, 17, 45})  // chunks: 1 (tiles of 8 rows), 2 (the second of one token), 3 (2 + 1)
         for (int rows : {1, 4, 5, 9, 16}) {
           CAPTURE(cpu::kernels::isa_name(isa)); CAPTURE(dtype_name(type)); CAPTURE(T); CAPTURE(rows);
-          const int64_t groups = n / cpu::kernels::kGroup;
           const UnpackedRows unpacked = unpacked_random_rows(k, type, rows, n, 130);
-          const std::vector<uint8_t>& q = unpacked.q;
-          const std::vector<float>& s = unpacked.s;
-          const std::vector<float>& o = unpacked.o;
           const auto x_values = scalar::random_vector(size_t(T * n), 131, 2.0f);
           cpu::QuantizedInput qx;
           qx.quantize(x_values.data(), T, n, dtype_block_size(type) == 256 ? 256 : 32);
           qx.lay_out_token_lanes(T);
-          if (cpu::kernels::unpacked_scale_groups(type) == 1) {
-            check_prefill_kernel(qx, n, T, rows, rows + 1, rows % 2,
-                [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& y, float* scratch) {
-                  k.prefill_unpacked(type, q.data(), s.data(), o.data(), rows, lanes, chunks, n, y, scratch);
-                },
-                [&](int r0, int here, const cpu::kernels::TokenLaneActivations& lanes, float* want) {
-                  k.dot_tokens(type, q.data() + r0 * n, s.data() + r0 * groups, o.data() + r0 * groups, here, lanes, n, want);
-                });
-          } else {
-            check_unpacked_pairs(k, type, unpacked, qx, n, T, rows);
-          }
+          check_unpacked_exact(k, type, unpacked, qx, n, T, rows);
         }
   }
 }
