@@ -784,12 +784,35 @@ TEST_CASE("kernels: prefill_q4_0 (its rows made Q8_0 once per call, then prefill
   }
 }
 
-// prefill_unpacked against the exact sum in double, sum over groups of s dx (sum of (q - z) x) -
-// o xs, within 4e-6 of the sum of those terms' magnitudes (one f32 rounding per term and per step
-// of 24-128: <= 8e-6 at worst); dot_tokens (per group of 16, the bits of batched decode) is held to
-// the same bound, so both are the same product up to rounding. The types with one scale and offset
-// per 32 (unpacked_scale_groups 2) do the f32 work once per pair of groups of 16, the K types once
-// per super-block without dx (one per 256 in Q8_K) and then with it: neither is dot_tokens' bits.
+// A prefill kernel's y (prefill_output: [tokens, stride], NaN where it must not write) against
+// each row x token's exact product in double, exact_of(r, t) -> {exact, the sum of its terms'
+// magnitudes}, plus `bias`: within 4e-6 of the magnitudes (one f32 rounding per term and per step
+// of 24-128: <= 8e-6 at worst). The batched-decode kernel's value decode_of(r, t) is held to the
+// same bound, so both are the same product up to rounding. Nothing written past the call's rows
+// and tokens.
+template <typename Exact, typename Decode>
+void check_prefill_exact(const std::vector<float>& y, int64_t stride, int rows, int64_t T, const float* bias,
+                         Exact&& exact_of, Decode&& decode_of) {
+  int64_t compared = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < T; ++t) {
+      CAPTURE(r); CAPTURE(t);
+      const auto [exact, magnitude] = exact_of(r, t);
+      CHECK(magnitude > 0.0);
+      const double b = bias ? bias[r] : 0.0;
+      CHECK(std::fabs(double(y[size_t(t * stride + r)]) - (exact + b)) <= 4e-6 * (magnitude + std::fabs(b)));
+      CHECK(std::fabs(double(decode_of(r, t)) - exact) <= 4e-6 * magnitude);
+      ++compared;
+    }
+  CHECK(compared == rows * T);
+  for (int64_t t = 0; t < int64_t(y.size()) / stride; ++t)
+    for (int64_t r = t < T ? rows : 0; r < stride; ++r) CHECK(std::isnan(y[size_t(t * stride + r)]));
+}
+
+// prefill_unpacked and dot_tokens against the exact sum in double (check_prefill_exact), sum over
+// groups of s dx (sum of (q - z) x) - o xs. The types with one scale and offset per 32
+// (unpacked_scale_groups 2) do the f32 work once per pair of groups of 16, the K types once per
+// super-block without dx (one per 256 in Q8_K) and then with it: neither is dot_tokens' bits.
 void check_unpacked_exact(const cpu::kernels::KernelTable& k, DType type, const UnpackedRows& unpacked,
                           const cpu::QuantizedInput& qx, int64_t n, int64_t T, int rows) {
   const std::vector<uint8_t>& q = unpacked.q;
@@ -801,37 +824,34 @@ void check_unpacked_exact(const cpu::kernels::KernelTable& k, DType type, const 
       REQUIRE(o[g] == o[g + 1]);
     }
   constexpr int64_t L = cpu::kernels::kLaneTokens;
-  const int64_t chunks = qx.lane_chunks(), groups = n / cpu::kernels::kGroup, stride = rows;
-  std::vector<cpu::kernels::TokenLaneActivations> lanes;
-  for (int64_t c = 0; c < chunks; ++c) lanes.push_back(qx.token_lanes(c));
-  std::vector<float> y(size_t(chunks * L * stride), NAN);  // [chunks x 16, rows]
-  std::vector<float> scratch(size_t(cpu::kernels::prefill_scratch_floats(n, chunks)), NAN);
-  k.prefill_unpacked(type, q.data(), s.data(), o.data(), rows, lanes.data(), int(chunks), n,
-                     cpu::kernels::PrefillOutput{y.data(), stride, nullptr}, scratch.data());
+  const int64_t groups = n / cpu::kernels::kGroup, stride = rows + 1;
+  const std::vector<float> bias = scalar::random_vector(size_t(rows), 94 + rows, 1.0f);
+  const float* with_bias = rows % 2 ? bias.data() : nullptr;  // with and without a bias
+  const std::vector<float> y = prefill_output(qx, n, stride, with_bias,
+      [&](const cpu::kernels::TokenLaneActivations* lanes, int chunks, const cpu::kernels::PrefillOutput& out, float* scratch) {
+        k.prefill_unpacked(type, q.data(), s.data(), o.data(), rows, lanes, chunks, n, out, scratch);
+      });
   std::vector<float> decode(size_t(cpu::kernels::kTokenRows * L));  // dot_tokens' [rows, L] of one chunk
   const int zero = cpu::kernels::unpacked_zero(type);
-  int64_t compared = 0;
-  for (int r = 0; r < rows; ++r)
-    for (int64_t t = 0; t < T; ++t) {
-      double exact = 0, magnitude = 0;
-      for (int64_t g = 0; g < groups; ++g) {
-        int64_t sum = 0;
-        for (int64_t i = 0; i < cpu::kernels::kGroup; ++i)
-          sum += (int64_t(q[size_t(r * n + g * 16 + i)]) - zero) * int64_t(qx.q[size_t(t * n + g * 16 + i)]);
-        const double term = double(s[size_t(r * groups + g)]) * double(qx.dx[size_t(t * groups + g)]) * double(sum);
-        const double offset = double(o[size_t(r * groups + g)]) * double(qx.xs[size_t(t * groups + g)]);
-        exact += term - offset;
-        magnitude += std::fabs(term) + std::fabs(offset);
-      }
-      CAPTURE(r); CAPTURE(t);
-      CHECK(magnitude > 0.0);
-      CHECK(std::fabs(double(y[size_t(t * stride + r)]) - exact) <= 4e-6 * magnitude);
-      k.dot_tokens(type, q.data() + r * n, s.data() + r * groups, o.data() + r * groups, 1, lanes[size_t(t / L)], n,
-                   decode.data());
-      CHECK(std::fabs(double(decode[size_t(t % L)]) - exact) <= 4e-6 * magnitude);
-      ++compared;
-    }
-  CHECK(compared == rows * T);
+  check_prefill_exact(y, stride, rows, T, with_bias,
+      [&](int r, int64_t t) {
+        double exact = 0, magnitude = 0;
+        for (int64_t g = 0; g < groups; ++g) {
+          int64_t sum = 0;
+          for (int64_t i = 0; i < cpu::kernels::kGroup; ++i)
+            sum += (int64_t(q[size_t(r * n + g * 16 + i)]) - zero) * int64_t(qx.q[size_t(t * n + g * 16 + i)]);
+          const double term = double(s[size_t(r * groups + g)]) * double(qx.dx[size_t(t * groups + g)]) * double(sum);
+          const double offset = double(o[size_t(r * groups + g)]) * double(qx.xs[size_t(t * groups + g)]);
+          exact += term - offset;
+          magnitude += std::fabs(term) + std::fabs(offset);
+        }
+        return std::pair{exact, magnitude};
+      },
+      [&](int r, int64_t t) {
+        k.dot_tokens(type, q.data() + r * n, s.data() + r * groups, o.data() + r * groups, 1, qx.token_lanes(t / L), n,
+                     decode.data());
+        return decode[size_t(t % L)];
+      });
 }
 
 TEST_CASE("kernels: prefill_unpacked (rows unpacked once per call, tiles of 4 rows x 2 chunks or 8 x 1) and dot_tokens agree with the exact product within f32 rounding of its terms, for every block type") {
@@ -910,22 +930,13 @@ TEST_CASE("kernels: prefill_q4_k (up to 16 rows against every chunk of 16 tokens
               });
           constexpr int64_t L = cpu::kernels::kLaneTokens;
           std::vector<float> decode(size_t(cpu::kernels::kStoredTokenRows * L));  // dot_tokens_stored's [1, L]
-          int64_t compared = 0;
-          for (int r = 0; r < rows; ++r)
-            for (int64_t t = 0; t < T; ++t) {
-              CAPTURE(r); CAPTURE(t);
-              auto [exact, magnitude] = q4_k_exact_product(stored.data() + r * row_bytes, qx, t, n);
-              CHECK(magnitude > 0.0);
-              const double b = with_bias ? with_bias[r] : 0.0;
-              CHECK(std::fabs(double(y[size_t(t * stride + r)]) - (exact + b)) <= 4e-6 * (magnitude + std::fabs(b)));
-              k.dot_tokens_stored(DType::Q4_K, stored.data() + r * row_bytes, size_t(row_bytes), 1, qx.token_lanes(t / L),
-                                  n, decode.data());
-              CHECK(std::fabs(double(decode[size_t(t % L)]) - exact) <= 4e-6 * magnitude);
-              ++compared;
-            }
-          CHECK(compared == rows * T);
-          for (int64_t t = 0; t < int64_t(y.size()) / stride; ++t)  // nothing past the call's rows and tokens
-            for (int64_t r = t < T ? rows : 0; r < stride; ++r) CHECK(std::isnan(y[size_t(t * stride + r)]));
+          check_prefill_exact(y, stride, rows, T, with_bias,
+              [&](int r, int64_t t) { return q4_k_exact_product(stored.data() + r * row_bytes, qx, t, n); },
+              [&](int r, int64_t t) {
+                k.dot_tokens_stored(DType::Q4_K, stored.data() + r * row_bytes, size_t(row_bytes), 1,
+                                    qx.token_lanes(t / L), n, decode.data());
+                return decode[size_t(t % L)];
+              });
         }
   }
 }
