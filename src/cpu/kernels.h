@@ -226,9 +226,10 @@ struct KernelTable {
   void (*prefill_q4_0)(const void* rows, size_t row_bytes, int group_first, int count, const TokenLaneActivations* x,
                        int chunks, int64_t n, const PrefillOutput& y, float* scratch);
   // The same for Q4_K rows (x as Q8_K lanes, signed): dot_tokens_stored (Q4_K) per chunk (plus the
-  // bias) within f32 rounding (the f32 work per super-block, kernels_impl.inc). The rows as stored at `rows` (group_first < 0), or regrouped by 8
-  // (block_q4_kx8): `rows` is the group that holds the first row, its row group_first (0-7), and
-  // the call's rows go on into the next groups. AVX512-VNNI only.
+  // bias) within f32 rounding (the f32 work per super-block, kernels_impl.inc). The rows as stored
+  // at `rows` (group_first < 0), or regrouped by 8 (block_q4_kx8): `rows` is the group that holds
+  // the first row, its row group_first (0-7), and the call's rows go on into the next groups.
+  // AVX512-VNNI only.
   void (*prefill_q4_k)(const void* rows, size_t row_bytes, int group_first, int count, const TokenLaneActivations* x,
                        int chunks, int64_t n, const PrefillOutput& y, float* scratch);
   // The same for `count` rows unpacked by unpack_row (q [count, n], s and o [count, n / 16]) of a
