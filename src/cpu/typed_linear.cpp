@@ -426,7 +426,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     // AVX2's Q8_0 kernel from the stored rows took 50 ns per row x token in cache against 56 for the
     // unpacked rows' lanes, bench_block_dots on the Zen 3 VM); the other
     // types unpack a tile of rows first (prefill multiplies each tile with every chunk of 16 tokens)
-    const bool stored = k.dot_tokens_stored && kernels::has_stored_token_dot(type, isa);
+    const bool stored = stored_lanes;  // (as computed above: token_lanes_ holds here)
     // Q8_0 with its block sums: the same bits, a third fewer instructions (kernels.h)
     const bool with_sums = stored && type == DType::Q8_0 && target.weight.block_sums && k.dot_tokens_q8_0_sums;
     const int64_t sums_per_row = in / dtype_block_size(DType::Q8_0);  // (block_sums: [out, in / 32])
