@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -155,22 +156,37 @@ int on_off_setting(const char* name) {
   const std::string_view v(value);
   return v == "on" ? 1 : v == "off" ? 0 : -2;
 }
-// JOURNEY_ROW_PREFETCH: 1 on, 0 off, -1 not set (this CPU's choice), -2 neither
-int row_prefetch_override() { return on_off_setting("JOURNEY_ROW_PREFETCH"); }
-bool choose_row_stream_prefetch() {
-  const int forced = row_prefetch_override();
-  if (forced >= 0) return forced == 1;
+// JOURNEY_DECODE_PREFETCH: the mode it names, nullopt when not set (or empty); a value that is no
+// mode sets `bad` (kernel_choice fails, naming it)
+std::optional<DecodePrefetch> decode_prefetch_setting(bool* bad = nullptr) {
+  const char* value = std::getenv("JOURNEY_DECODE_PREFETCH");
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  for (DecodePrefetch mode : {DecodePrefetch::off, DecodePrefetch::near, DecodePrefetch::two_level})
+    if (std::string_view(value) == decode_prefetch_name(mode)) return mode;
+  if (bad) *bad = true;
+  return std::nullopt;
+}
+DecodePrefetch choose_decode_prefetch() {
+  if (const std::optional<DecodePrefetch> forced = decode_prefetch_setting()) return *forced;
 #ifdef JOURNEY_KERNELS_X86
   __builtin_cpu_init();  // this runs among the static constructors, possibly before libgcc's own
-  // AMD (Zen 3 and Zen 4 measured): the hardware prefetcher alone streams faster (kernels.h)
-  return !__builtin_cpu_is("amd");
+  return __builtin_cpu_is("amd") ? DecodePrefetch::two_level : DecodePrefetch::near;  // (decode_prefetch.h)
 #else
-  return true;
+  return DecodePrefetch::near;
 #endif
 }
 }  // namespace
 
-const bool kRowStreamPrefetch = choose_row_stream_prefetch();
+const DecodePrefetch kDecodePrefetch = choose_decode_prefetch();
+
+const char* decode_prefetch_name(DecodePrefetch mode) {
+  switch (mode) {
+    case DecodePrefetch::off: return "off";
+    case DecodePrefetch::near: return "near";
+    case DecodePrefetch::two_level: return "two-level";
+  }
+  return "?";
+}
 
 namespace {
 // JOURNEY_INT8_PREFILL: 1 on (or not set), 0 off, -2 a value that is neither (kernel_choice fails)
@@ -223,9 +239,11 @@ bool bf16_dot_pays() {
 }
 
 std::string kernel_choice() {
-  if (row_prefetch_override() == -2)
-    fail("JOURNEY_ROW_PREFETCH='", std::getenv("JOURNEY_ROW_PREFETCH"), "' is not a choice; expected on or off ",
-         "(or unset: this CPU's)");
+  bool bad_prefetch = false;
+  decode_prefetch_setting(&bad_prefetch);
+  if (bad_prefetch)
+    fail("JOURNEY_DECODE_PREFETCH='", std::getenv("JOURNEY_DECODE_PREFETCH"),
+         "' is not a choice; expected off, near or two-level (or unset: this CPU's)");
   if (int8_prefill_setting() == -2)
     fail("JOURNEY_INT8_PREFILL='", std::getenv("JOURNEY_INT8_PREFILL"), "' is not a choice; expected on or off ",
          "(or unset: on)");
@@ -249,7 +267,7 @@ std::string kernel_choice() {
     choice += " (avx512-bf16 not used: " + rates() + "; prefill on int8 token lanes and f32 panels)";
   }
   if (isa_cap() != kNoCap) choice += std::string(" (JOURNEY_CPU_ISA=") + kIsaLevels[isa_cap()] + ")";
-  if (!kRowStreamPrefetch) choice += ", row stream without prefetch";
+  choice += std::string(", decode prefetch ") + decode_prefetch_name(kDecodePrefetch);
   return choice;
 }
 

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "cpu/decode_prefetch.h"
 
 namespace journey::cpu::kernels {
 
@@ -78,16 +79,7 @@ const Bf16AgainstFma& bf16_against_fma();
 // cap named when JOURNEY_CPU_ISA set one. Throws journey::Error for a bad JOURNEY_CPU_ISA.
 std::string kernel_choice();
 
-// Whether one_token_rows (decode of f32, f16 and bf16 weights: the rows read as one stream) asks
-// for its rows 2 KB ahead (prefetcht0), as the fused dots of the block types do. On the Intel Xeon
-// VM that lifted 1.1B decode BF16 12.0 -> 14.8 tok/s. On AMD it costs: the Zen 4 VM decoded F16 a
-// quarter slower with it (9.1 against 12.1-13.9 tok/s; BF16 within that VM's noise), the Zen 3 VM
-// F32 3.4-3.5 against 4.5-4.6, F16 7.2-7.5 against 9.0-9.1, BF16 6.2-7.1 against 7.3-7.6 (2 threads,
-// on and off alternating, two sittings each; the fused dots' own prefetch helps there), so AMD
-// CPUs leave the stream to the hardware prefetcher (docs/performance.md, "The AMD Zen 4 VM" and
-// "The row-stream prefetch on AMD Zen 3"). JOURNEY_ROW_PREFETCH=on|off overrides the choice;
-// another value is an error at kernel_choice(). Set before main; the kernels read it at every step.
-extern const bool kRowStreamPrefetch;
+// (How the decode products fetch their rows ahead, kDecodePrefetch: decode_prefetch.h.)
 
 // The zero point z and whether the type has per-group offsets o (a minimum) after unpacking.
 int unpacked_zero(DType type);

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -43,7 +44,7 @@ Run run(const std::string& binary, const std::string& args) {
   return r;
 }
 Run journey(const std::string& args) { return run(JOURNEY_CLI, args); }
-// journey with one environment variable set (the kernel choices JOURNEY_CPU_ISA, JOURNEY_ROW_PREFETCH)
+// journey with one environment variable set (the kernel choices JOURNEY_CPU_ISA, JOURNEY_DECODE_PREFETCH)
 Run journey_with(const std::string& variable, const std::string& value, const std::string& args) {
   return run("/usr/bin/env", variable + "=" + value + " '" + std::string(JOURNEY_CLI) + "' " + args);
 }
@@ -226,28 +227,41 @@ TEST_CASE("JOURNEY_CPU_ISA caps the kernels: the fallback a CPU without AVX-512 
   Run bench = capped("generic", "bench --model data/stories260K --runs 1 --prompt-tokens 4 --gen-tokens 2 --json");
   INFO(bench.err);
   REQUIRE(bench.status == 0);
-  CHECK(has(bench.out, "\"cpu_kernels\": \"generic (JOURNEY_CPU_ISA=generic)"));  // (", row stream ..." may follow)
+  CHECK(has(bench.out, "\"cpu_kernels\": \"generic (JOURNEY_CPU_ISA=generic)"));  // (", decode prefetch ..." follows)
 
   Run bad = capped("sse9", prompt);
   CHECK(bad.status != 0);
   CHECK(has(bad.err, "JOURNEY_CPU_ISA='sse9' is not a kernel level; expected one of generic, avx2, avx512-vnni, avx512-bf16, amx"));
 }
 
-TEST_CASE("JOURNEY_ROW_PREFETCH turns the decode row stream's prefetch on or off: the same greedy text, the choice in bench's kernels; a bad value is an error") {
-  const std::string prompt = "generate --model data/stories260K --device cpu --max-tokens 24 --temperature 0 \"Once upon a time\"";
-  const std::string plain = journey(prompt).out;
-  REQUIRE(has(plain, "Once upon a time"));
-  for (const std::string value : {"on", "off"}) {
-    Run chosen = journey_with("JOURNEY_ROW_PREFETCH", value, prompt);
-    Run bench = journey_with("JOURNEY_ROW_PREFETCH", value, "bench --model data/stories260K --runs 1 --prompt-tokens 4 --gen-tokens 2 --json");
-    CAPTURE(value); INFO(chosen.err); INFO(bench.err);
-    CHECK((chosen.status == 0 && bench.status == 0));
-    CHECK(chosen.out == plain);  // a prefetch moves no number
-    CHECK(has(bench.out, ", row stream without prefetch\"") == (value == "off"));
+TEST_CASE("JOURNEY_DECODE_PREFETCH chooses how decode fetches its rows ahead: the same greedy text, the choice in bench's kernels; a bad value is an error") {
+  // a prefetch moves no number: every mode gives the same greedy text, on F32 and F16 rows, Q8_0's
+  // stored rows and Q4_0's row groups (AVX512-VNNI)
+  std::vector<std::string> models = {"data/stories260K"};
+  for (const std::string type : {"q8_0", "q4_0"}) {
+    const fs::path quantized = kWork / ("stories260K-decode-prefetch-" + type + ".gguf");
+    const Run made = journey("quantize data/stories260K --type " + type + " --out '" + quantized.string() + "'");
+    INFO(made.err);
+    REQUIRE(made.status == 0);
+    models.push_back("'" + quantized.string() + "'");
   }
-  Run bad = journey_with("JOURNEY_ROW_PREFETCH", "sometimes", prompt);
+  for (const std::string& model : models) {
+    const std::string prompt = "generate --model " + model + " --device cpu --max-tokens 24 --temperature 0 \"Once upon a time\"";
+    const std::string plain = journey(prompt).out;
+    REQUIRE(has(plain, "Once upon a time"));
+    for (const std::string value : {"off", "near", "two-level"}) {
+      Run chosen = journey_with("JOURNEY_DECODE_PREFETCH", value, prompt);
+      Run bench = journey_with("JOURNEY_DECODE_PREFETCH", value,
+                               "bench --model " + model + " --runs 1 --prompt-tokens 4 --gen-tokens 2 --json");
+      CAPTURE(model); CAPTURE(value); INFO(chosen.err); INFO(bench.err);
+      CHECK((chosen.status == 0 && bench.status == 0));
+      CHECK(chosen.out == plain);
+      CHECK(has(bench.out, ", decode prefetch " + value));  // (", Q8_0 block sums ..." may follow)
+    }
+  }
+  Run bad = journey_with("JOURNEY_DECODE_PREFETCH", "sometimes", "generate --model data/stories260K --device cpu --max-tokens 4 hi");
   CHECK(bad.status != 0);
-  CHECK(has(bad.err, "JOURNEY_ROW_PREFETCH='sometimes' is not a choice; expected on or off"));
+  CHECK(has(bad.err, "JOURNEY_DECODE_PREFETCH='sometimes' is not a choice; expected off, near or two-level"));
 }
 
 TEST_CASE("JOURNEY_BF16_PREFILL: the AVX512-BF16 panels on, off or where vdpbf16ps measures faster than f32 FMA (said in bench's kernels); a bad value is an error") {

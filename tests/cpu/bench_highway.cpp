@@ -20,8 +20,8 @@
 // both operands to int16 (PromoteTo) and multiply-add pairs into int32 with ReorderWidenMulAccumulate
 // (vpmaddwd; NEON smlal). A block of 32 is worked on in int16 vectors of at most 16 lanes
 // (CappedTag): 256-bit on AVX2 and AVX-512 (journey's dots are 256-bit on AVX-512 too), 128-bit on
-// NEON. The row-stream prefetch is journey's: 2 KB ahead, always for the block types, for the float
-// types when kernels::kRowStreamPrefetch says so.
+// NEON. The row-stream prefetch is journey's own (kernels::fetch_decode_stream, as kDecodePrefetch
+// says on this CPU), for every type.
 //
 // Every Highway result is checked against journey's on every row (cache set and the 1 GiB set) and
 // both against a double-precision sum: |difference| <= 1e-5 x the sum of the magnitudes of the
@@ -79,11 +79,8 @@ using journey::quant::block_q4_0;
 using journey::quant::block_q8_0;
 using journey::quant::kQK;
 
-constexpr int64_t kAhead = 2048;  // bytes: journey's kDecodeAhead
-HWY_INLINE void FetchAhead(const void* at, int64_t bytes) {
-  const char* ahead = static_cast<const char*>(at) + kAhead;
-  for (int64_t line = 0; line < bytes; line += 64) hwy::Prefetch(ahead + line);
-}
+// journey's decode prefetch (decode_prefetch.h), so that the kernels compared read alike
+HWY_INLINE void FetchAhead(const void* at, int64_t bytes) { journey::cpu::kernels::fetch_decode_stream(at, bytes); }
 
 const char* Target() { return hwy::TargetName(HWY_TARGET); }
 
@@ -107,7 +104,7 @@ HWY_INLINE hn::Vec<DF> LoadWeights(DF df, const T* HWY_RESTRICT p) {
 // Four accumulators over 4 vectors per step, as one_token_rows.
 template <typename T>
 HWY_INLINE void RowsT(const float* HWY_RESTRICT x, const T* HWY_RESTRICT w, int64_t in, int64_t r0, int64_t r1,
-                      float* HWY_RESTRICT y, bool prefetch) {
+                      float* HWY_RESTRICT y) {
   const hn::ScalableTag<float> df;
   const int64_t N = int64_t(hn::Lanes(df));
   for (int64_t r = r0; r < r1; ++r) {
@@ -115,7 +112,7 @@ HWY_INLINE void RowsT(const float* HWY_RESTRICT x, const T* HWY_RESTRICT w, int6
     auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
     int64_t k = 0;
     for (; k + 4 * N <= in; k += 4 * N) {
-      if (prefetch) FetchAhead(row + k, 4 * N * int64_t(sizeof(T)));
+      FetchAhead(row + k, 4 * N * int64_t(sizeof(T)));
       a0 = hn::MulAdd(hn::LoadU(df, x + k), LoadWeights(df, row + k), a0);
       a1 = hn::MulAdd(hn::LoadU(df, x + k + N), LoadWeights(df, row + k + N), a1);
       a2 = hn::MulAdd(hn::LoadU(df, x + k + 2 * N), LoadWeights(df, row + k + 2 * N), a2);
@@ -131,18 +128,18 @@ HWY_INLINE void RowsT(const float* HWY_RESTRICT x, const T* HWY_RESTRICT w, int6
   }
 }
 
-void F32Rows(const float* x, const void* w, int64_t in, int64_t r0, int64_t r1, float* y, bool prefetch) {
-  RowsT(x, static_cast<const float*>(w), in, r0, r1, y, prefetch);
+void F32Rows(const float* x, const void* w, int64_t in, int64_t r0, int64_t r1, float* y) {
+  RowsT(x, static_cast<const float*>(w), in, r0, r1, y);
 }
-void Bf16Rows(const float* x, const void* w, int64_t in, int64_t r0, int64_t r1, float* y, bool prefetch) {
-  RowsT(x, static_cast<const hwy::bfloat16_t*>(w), in, r0, r1, y, prefetch);
+void Bf16Rows(const float* x, const void* w, int64_t in, int64_t r0, int64_t r1, float* y) {
+  RowsT(x, static_cast<const hwy::bfloat16_t*>(w), in, r0, r1, y);
 }
-void F16Rows(const float* x, const void* w, int64_t in, int64_t r0, int64_t r1, float* y, bool prefetch) {
-  RowsT(x, static_cast<const hwy::float16_t*>(w), in, r0, r1, y, prefetch);
+void F16Rows(const float* x, const void* w, int64_t in, int64_t r0, int64_t r1, float* y) {
+  RowsT(x, static_cast<const hwy::float16_t*>(w), in, r0, r1, y);
 }
 
 // f32 rows by the library's own dot product (hwy/contrib/dot), one call per row, no prefetch.
-void F32RowsContribDot(const float* x, const void* w, int64_t in, int64_t r0, int64_t r1, float* y, bool) {
+void F32RowsContribDot(const float* x, const void* w, int64_t in, int64_t r0, int64_t r1, float* y) {
   const hn::ScalableTag<float> df;
   const float* rows = static_cast<const float*>(w);
   for (int64_t r = r0; r < r1; ++r) y[r] = hn::Dot::Compute<hn::Dot::kAtLeastOneVector>(df, x, rows + r * in, size_t(in));
@@ -159,7 +156,7 @@ void SplitPairs(const float* x, int64_t in, float* x_pairs) {
       x_pairs[k0 + N + i] = x[k0 + 2 * i + 1];
     }
 }
-void Bf16PairRows(const float* x_pairs, const void* w, int64_t in, int64_t r0, int64_t r1, float* y, bool prefetch) {
+void Bf16PairRows(const float* x_pairs, const void* w, int64_t in, int64_t r0, int64_t r1, float* y) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du32;
   const int64_t N = int64_t(hn::Lanes(df));
@@ -169,7 +166,7 @@ void Bf16PairRows(const float* x_pairs, const void* w, int64_t in, int64_t r0, i
     auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
     int64_t k = 0;
     for (; k + 4 * N <= in; k += 4 * N) {  // two blocks of 2N per step
-      if (prefetch) FetchAhead(row + k, 4 * N * 2);
+      FetchAhead(row + k, 4 * N * 2);
       const auto w0 = hn::LoadU(du32, reinterpret_cast<const uint32_t*>(row + k));
       const auto w1 = hn::LoadU(du32, reinterpret_cast<const uint32_t*>(row + k + 2 * N));
       a0 = hn::MulAdd(hn::LoadU(df, x_pairs + k), hn::BitCast(df, hn::ShiftLeft<16>(w0)), a0);
@@ -390,10 +387,8 @@ int main(int argc, char** argv) {
 
   const kernels::Isa isa = kernels::best_isa();
   const kernels::KernelTable& k = kernels::table(isa);
-  const bool float_prefetch = kernels::kRowStreamPrefetch;
   std::printf("CPU %s; load average at start %s\n", cpu_model().c_str(), load_average().c_str());
-  std::printf("journey: %s (row-stream prefetch of the float types %s)\n", kernels::kernel_choice().c_str(),
-              float_prefetch ? "on" : "off");
+  std::printf("journey: %s\n", kernels::kernel_choice().c_str());
   std::string compiled, supported;
   for (int64_t t = HWY_TARGETS; t != 0; t &= t - 1) compiled += std::string(compiled.empty() ? "" : ", ") + hwy::TargetName(t & -t);
   for (int64_t t : hwy::SupportedAndGeneratedTargets()) supported += std::string(supported.empty() ? "" : ", ") + hwy::TargetName(t);
@@ -427,9 +422,9 @@ int main(int argc, char** argv) {
       k.float_rows(type, y, x.data(), w, nullptr, 1, in, 0, r0, r1);  // T = 1: one_token_rows
     };
   };
-  using HFloat = void (*)(const float*, const void*, int64_t, int64_t, int64_t, float*, bool);
-  auto hfloat = [&](HFloat fn, const float* xs, bool prefetch) -> RowsFn {
-    return [fn, xs, in, prefetch](const uint8_t* w, int64_t r0, int64_t r1, float* y) { fn(xs, w, in, r0, r1, y, prefetch); };
+  using HFloat = void (*)(const float*, const void*, int64_t, int64_t, int64_t, float*);
+  auto hfloat = [&](HFloat fn, const float* xs) -> RowsFn {
+    return [fn, xs, in](const uint8_t* w, int64_t r0, int64_t r1, float* y) { fn(xs, w, in, r0, r1, y); };
   };
   // the dispatched pointers, looked up once (HWY_DYNAMIC_DISPATCH is a table lookup per call anyway)
   const HFloat h_f32 = HWY_DYNAMIC_DISPATCH(bench_highway::F32Rows);
@@ -441,8 +436,8 @@ int main(int argc, char** argv) {
   std::vector<Case> cases;
   cases.push_back({"f32", DType::F32,
                    {{"journey one_token_rows", jfloat(DType::F32)},
-                    {"hwy loop", hfloat(h_f32, x.data(), float_prefetch)},
-                    {"hwy contrib Dot", hfloat(h_f32_dot, x.data(), false)}},
+                    {"hwy loop", hfloat(h_f32, x.data())},
+                    {"hwy contrib Dot", hfloat(h_f32_dot, x.data())}},
                    1});
   {
     Case c{"bf16", DType::BF16, {}, 0};
@@ -452,12 +447,12 @@ int main(int argc, char** argv) {
                          }});
     c.impls.push_back({"journey one_token_rows", jfloat(DType::BF16)});
     c.journey_count = c.impls.size();
-    c.impls.push_back({"hwy pairs", hfloat(h_bf16_pairs, hx_pairs.data(), float_prefetch)});
-    c.impls.push_back({"hwy widen", hfloat(h_bf16, x.data(), float_prefetch)});
+    c.impls.push_back({"hwy pairs", hfloat(h_bf16_pairs, hx_pairs.data())});
+    c.impls.push_back({"hwy widen", hfloat(h_bf16, x.data())});
     cases.push_back(c);
   }
   cases.push_back({"f16", DType::F16,
-                   {{"journey one_token_rows", jfloat(DType::F16)}, {"hwy widen", hfloat(h_f16, x.data(), float_prefetch)}},
+                   {{"journey one_token_rows", jfloat(DType::F16)}, {"hwy widen", hfloat(h_f16, x.data())}},
                    1});
   using HBlocks = void (*)(const uint8_t*, size_t, int64_t, int64_t, const int8_t*, const float*, const int32_t*, int64_t,
                            float*);
