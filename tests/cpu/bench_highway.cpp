@@ -55,6 +55,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu/decode_prefetch.h"
 #include "quant/blocks.h"
 #ifndef BENCH_HIGHWAY_KERNELS_ONLY  // (the ARM check below: Highway's kernels alone, no journey library)
 #include "core/dtype.h"
@@ -79,8 +80,16 @@ using journey::quant::block_q4_0;
 using journey::quant::block_q8_0;
 using journey::quant::kQK;
 
-// journey's decode prefetch (decode_prefetch.h), so that the kernels compared read alike
+#ifndef BENCH_HIGHWAY_KERNELS_ONLY
+// journey's decode prefetch (decode_prefetch.h: as kDecodePrefetch says on this CPU), so that the
+// kernels compared read their rows alike
 HWY_INLINE void FetchAhead(const void* at, int64_t bytes) { journey::cpu::kernels::fetch_decode_stream(at, bytes); }
+#else  // no journey library: the near prefetch, journey's choice on ARM
+HWY_INLINE void FetchAhead(const void* at, int64_t bytes) {
+  const char* ahead = static_cast<const char*>(at) + journey::cpu::kernels::kNearAhead;
+  for (int64_t line = 0; line < bytes; line += 64) hwy::Prefetch(ahead + line);
+}
+#endif
 
 const char* Target() { return hwy::TargetName(HWY_TARGET); }
 
@@ -719,17 +728,17 @@ int main() {
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     std::printf("target %s (dispatched: %s)\n", hwy::TargetName(target), HWY_DYNAMIC_DISPATCH(bench_highway::Target)());
-    HWY_DYNAMIC_DISPATCH(bench_highway::F32Rows)(x.data(), w32.data(), in, 0, rows, y.data(), true);
+    HWY_DYNAMIC_DISPATCH(bench_highway::F32Rows)(x.data(), w32.data(), in, 0, rows, y.data());
     ok &= check("f32", float_rows([&](int64_t i) { return w32[i]; }));
-    HWY_DYNAMIC_DISPATCH(bench_highway::F32RowsContribDot)(x.data(), w32.data(), in, 0, rows, y.data(), false);
+    HWY_DYNAMIC_DISPATCH(bench_highway::F32RowsContribDot)(x.data(), w32.data(), in, 0, rows, y.data());
     ok &= check("f32 Dot", float_rows([&](int64_t i) { return w32[i]; }));
     auto bf16 = [&](int64_t i) { const uint32_t bits = uint32_t(wbf[i]) << 16; float f; std::memcpy(&f, &bits, 4); return f; };
-    HWY_DYNAMIC_DISPATCH(bench_highway::Bf16Rows)(x.data(), wbf.data(), in, 0, rows, y.data(), true);
+    HWY_DYNAMIC_DISPATCH(bench_highway::Bf16Rows)(x.data(), wbf.data(), in, 0, rows, y.data());
     ok &= check("bf16", float_rows(bf16));
     HWY_DYNAMIC_DISPATCH(bench_highway::SplitPairs)(x.data(), in, x_pairs.data());
-    HWY_DYNAMIC_DISPATCH(bench_highway::Bf16PairRows)(x_pairs.data(), wbf.data(), in, 0, rows, y.data(), true);
+    HWY_DYNAMIC_DISPATCH(bench_highway::Bf16PairRows)(x_pairs.data(), wbf.data(), in, 0, rows, y.data());
     ok &= check("bf16 pairs", float_rows(bf16));
-    HWY_DYNAMIC_DISPATCH(bench_highway::F16Rows)(x.data(), wh.data(), in, 0, rows, y.data(), true);
+    HWY_DYNAMIC_DISPATCH(bench_highway::F16Rows)(x.data(), wh.data(), in, 0, rows, y.data());
     ok &= check("f16", float_rows([&](int64_t i) { return half_to_float(wh[i]); }));
     const size_t q8_bytes = in / kQK * sizeof(block_q8_0), q4_bytes = in / kQK * sizeof(block_q4_0);
     HWY_DYNAMIC_DISPATCH(bench_highway::Q8Rows)(reinterpret_cast<const uint8_t*>(q8.data()), q8_bytes, 0, rows,
