@@ -13,13 +13,13 @@
 //   two-level  every stream asks for each line twice: 32 KB ahead toward L3 (prefetcht2), where the
 //              request has time to come back from memory, and 4 KB ahead into L2 (prefetcht1), where
 //              a line the first request lost is asked again in time. AMD: on the Zen 4 VM
-//              (2026-12-07) one near prefetch per line, whatever its distance (2, 4, 16 or 32 KB),
-//              left the memory idle between requests once it was fast (~60 GB/s): 1.1B decode
-//              F16 62 -> 80 %, BF16 56-77 -> 77-81 %, Q4_K_M 58-67 -> 66-67 % (68.7 tok/s) of the
-//              bandwidth of the same run, and at slow memory (~33 GB/s) Q4_0 82-84 -> 87-88 %,
-//              Q4_K_M 79-82 -> 86 % (docs/performance.md, "Two prefetches per line on AMD Zen 4").
-//              Not measured on Zen 3, where float rows decoded faster with no software prefetch than
-//              with the near one.
+//              (2026-12-07) one prefetch per line, whatever its distance (2, 4, 16 or 32 KB), left
+//              the memory idle between requests once it was fast (~60 GB/s): 1.1B decode F16
+//              62 -> 80 %, BF16 56-77 -> 77-81 %, Q4_K_M 58 -> 66 % of the bandwidth of the same run;
+//              with it slow (~33 GB/s) Q4_0 82-84 -> 87-88 %, Q4_K_M 79 -> 86 %
+//              (docs/performance.md, "Two prefetches per line on AMD Zen 4"). Not measured on
+//              Zen 3, where float rows had decoded faster with no software prefetch than with the
+//              near one.
 //   off        the hardware prefetcher alone (for measuring).
 //
 // A prefetch never faults and never changes a number: past a matrix's end it fetches nothing
