@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 
