@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
@@ -259,6 +260,12 @@ TEST_CASE("JOURNEY_DECODE_PREFETCH chooses how decode fetches its rows ahead: th
       CHECK(has(bench.out, ", decode prefetch " + value));  // (", Q8_0 block sums ..." may follow)
     }
   }
+  // unset: this CPU's choice, two-level on AMD, near elsewhere (decode_prefetch.h)
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  const std::string info((std::istreambuf_iterator<char>(cpuinfo)), std::istreambuf_iterator<char>());
+  const Run chosen = journey("bench --model data/stories260K --runs 1 --prompt-tokens 4 --gen-tokens 2 --json");
+  REQUIRE(chosen.status == 0);
+  CHECK(has(chosen.out, has(info, "AuthenticAMD") ? ", decode prefetch two-level" : ", decode prefetch near"));
   Run bad = journey_with("JOURNEY_DECODE_PREFETCH", "sometimes", "generate --model data/stories260K --device cpu --max-tokens 4 hi");
   CHECK(bad.status != 0);
   CHECK(has(bad.err, "JOURNEY_DECODE_PREFETCH='sometimes' is not a choice; expected off, near or two-level"));
