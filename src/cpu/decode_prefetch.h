@@ -11,8 +11,9 @@
 //              (prefetcht1). Intel (the 2-core Xeon VM: 1.1B Q8_0 decode 10.0 -> 13.8 tok/s, BF16
 //              12.0 -> 14.8 against the hardware prefetcher alone).
 //   two-level  every stream asks for each line twice: 32 KB ahead toward L3 (prefetcht2), where the
-//              request has time to come back from memory, and 4 KB ahead into L2 (prefetcht1), where
-//              a line the first request lost is asked again in time. AMD: on the Zen 4 VM
+//              request has time to come back from memory, and 4 KB ahead into L2 (prefetcht1). Why
+//              two requests beat one at either distance was not worked out (a guess: requests the
+//              full miss buffers drop are asked again). AMD: on the Zen 4 VM
 //              (2026-12-07) one prefetch per line, whatever its distance (2, 4, 16 or 32 KB), left
 //              the memory idle between requests once it was fast (~60 GB/s): 1.1B decode F16
 //              62 -> 80 %, BF16 56-77 -> 77-81 %, Q4_K_M 58 -> 66 % of the bandwidth of the same run;
@@ -22,8 +23,8 @@
 //              near one.
 //   off        the hardware prefetcher alone (for measuring).
 //
-// A prefetch never faults and never changes a number: past a matrix's end it fetches nothing
-// harmful, and every mode gives the same results bit for bit (test_cli_manners).
+// A prefetch never faults and never changes a number (past a matrix's end it fetches nothing
+// harmful): every mode gives the same greedy text (test_cli_manners).
 #pragma once
 
 #include <cstdint>
