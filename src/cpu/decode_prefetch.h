@@ -43,6 +43,13 @@ constexpr int64_t kNearGroupAhead = 16384;  // near: row groups, into L2 (the gr
 constexpr int64_t kTwoLevelNear = 4096;    // two-level: into L2
 constexpr int64_t kTwoLevelFar = 32768;    // two-level: toward L3
 
+// The near prefetch of a stored-row stream (below) on its own: header-only, so that a build without
+// the journey library (bench_highway's ARM check) asks for its rows as journey does.
+[[gnu::always_inline]] inline void fetch_near(const void* at, int64_t bytes) {
+  const char* ahead = static_cast<const char*>(at) + kNearAhead;
+  for (int64_t line = 0; line < bytes; line += 64) __builtin_prefetch(ahead + line, 0, 3);
+}
+
 // One step of a decode stream that reads `bytes` from `at` (whole cache lines of it): asks for the
 // lines the stream will read further on, as kDecodePrefetch says. kGroups: a row-group stream.
 template <bool kGroups = false>
@@ -51,9 +58,10 @@ template <bool kGroups = false>
   switch (kDecodePrefetch) {
     case DecodePrefetch::off: return;
     case DecodePrefetch::near:
-      for (int64_t line = 0; line < bytes; line += 64) {
-        if constexpr (kGroups) __builtin_prefetch(here + kNearGroupAhead + line, 0, 2);
-        else __builtin_prefetch(here + kNearAhead + line, 0, 3);
+      if constexpr (kGroups) {
+        for (int64_t line = 0; line < bytes; line += 64) __builtin_prefetch(here + kNearGroupAhead + line, 0, 2);
+      } else {
+        fetch_near(at, bytes);
       }
       return;
     case DecodePrefetch::two_level:

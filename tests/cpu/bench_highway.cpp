@@ -85,10 +85,7 @@ using journey::quant::kQK;
 // kernels compared read their rows alike
 HWY_INLINE void FetchAhead(const void* at, int64_t bytes) { journey::cpu::kernels::fetch_decode_stream(at, bytes); }
 #else  // no journey library: the near prefetch, journey's choice on ARM
-HWY_INLINE void FetchAhead(const void* at, int64_t bytes) {
-  const char* ahead = static_cast<const char*>(at) + journey::cpu::kernels::kNearAhead;
-  for (int64_t line = 0; line < bytes; line += 64) hwy::Prefetch(ahead + line);
-}
+HWY_INLINE void FetchAhead(const void* at, int64_t bytes) { journey::cpu::kernels::fetch_near(at, bytes); }
 #endif
 
 const char* Target() { return hwy::TargetName(HWY_TARGET); }
