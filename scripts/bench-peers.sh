@@ -12,7 +12,9 @@
 #    build-peers/models; SmolLM2-135M-Instruct Q4_1 comes from models/ (tools/python/fetch-models.sh);
 # 3. per row, alternating engine by engine and run by run: prefill and decode tok/s of
 #    `journey bench` and of llama.cpp (llama_decode timed the same way), one table with the ratio
-#    journey / llama.cpp; a row journey cannot load says "unsupported" and why;
+#    journey / llama.cpp; a row journey cannot load says "unsupported" and why; then each run's
+#    decode over the read bandwidth probed right after it (journey bench's probe; after llama.cpp's
+#    run `journey bench --bandwidth-only`), a second table, since the memory's speed drifts 2x;
 # 4. on SmolLM2: greedy tokens and logits of the two engines, 64 steps (tools/python/bench_peers.py).
 #
 # Prints the table on stdout (docs/performance.md carries a run of it). Needs the project's Python

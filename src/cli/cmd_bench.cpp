@@ -64,6 +64,21 @@ void print_grammar(const GrammarBenchResult& g, const std::string& schema, doubl
               step_ms > 0 ? 100.0 * g.mean_ms / step_ms : 0.0, step_ms);
 }
 
+// --bandwidth-only: the probe of run_bench (ReadBandwidthProbe, its default passes), alone.
+void print_bandwidth_only(const BenchOptions& options, bool json) {
+  ReadBandwidthProbe probe(options.threads, options.probe_bytes);
+  const double gb_s = probe.measure();
+  if (json) {
+    std::cout << nlohmann::json{{"read_bandwidth_gb_s", gb_s}, {"threads", probe.threads()},
+                                {"probe_bytes", options.probe_bytes}}
+                     .dump(2)
+              << "\n";
+  } else {
+    std::printf("read bandwidth %.1f GB/s (the best of 4 reads of %.1f GiB on %d thread%s)\n", gb_s,
+                double(options.probe_bytes) / double(size_t(1) << 30), probe.threads(), probe.threads() == 1 ? "" : "s");
+  }
+}
+
 }  // namespace
 
 void register_bench(CLI::App& app) {
@@ -76,6 +91,7 @@ void register_bench(CLI::App& app) {
     bool json = false;
     std::string json_schema;  // non-empty: also measure the grammar mask
     int64_t grammar_steps = 200;
+    bool bandwidth_only = false;
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("--model", args->model, "model directory or file (default: the shipped model)");
@@ -88,8 +104,15 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--json-schema", args->json_schema,
                   "also measure the structured-output mask per token for this JSON-schema file ('object': any JSON object)");
   cmd->add_option("--grammar-steps", args->grammar_steps, "masked tokens measured with --json-schema")->capture_default_str();
+  cmd->add_flag("--bandwidth-only", args->bandwidth_only,
+                "only the read-bandwidth probe that bench runs after each run's decode, no model (scripts/bench-peers.sh "
+                "runs it right after each llama.cpp run)")
+      ->excludes(cmd->get_option("--model"))
+      ->excludes(cmd->get_option("--json-schema"))
+      ->excludes(cmd->get_option("--device"));
   add_backend_flags(cmd, args->backend);
   cmd->callback([args] {
+    if (args->bandwidth_only) return print_bandwidth_only(args->options, args->json);
     const std::string path = args->model.empty() ? default_model_path() : args->model;
     auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<Backend> backend;

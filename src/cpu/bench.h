@@ -159,6 +159,7 @@ class ReadBandwidthProbe {
   // a few milliseconds, each part far larger than the caches and not read since the part before
   // it), for a ceiling taken right beside a short measurement (journey bench: each decode step).
   double measure_part(int64_t part, int64_t parts = 8);
+  int threads() const { return threads_; }
  private:
   struct Buffer;
   int threads_;

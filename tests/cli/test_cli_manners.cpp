@@ -271,6 +271,27 @@ TEST_CASE("JOURNEY_DECODE_PREFETCH chooses how decode fetches its rows ahead: th
   CHECK(has(bad.err, "JOURNEY_DECODE_PREFETCH='sometimes' is not a choice; expected off, near or two-level"));
 }
 
+TEST_CASE("bench --bandwidth-only: the read-bandwidth probe alone, no model; it excludes --model") {
+  // what scripts/bench-peers.sh runs right after each llama.cpp run: a real read of 2 GiB, on the threads asked for
+  Run json = journey("bench --bandwidth-only --threads 1 --json");
+  INFO(json.err);
+  REQUIRE(json.status == 0);
+  CHECK(has(json.out, "\"threads\": 1"));
+  CHECK(has(json.out, "\"probe_bytes\": 2147483648"));
+  const size_t at = json.out.find("\"read_bandwidth_gb_s\": ");
+  REQUIRE(at != std::string::npos);
+  const double gb_s = std::strtod(json.out.c_str() + at + 23, nullptr);
+  CHECK(gb_s > 0.1);  // a read of 2 GiB at under 0.1 GB/s (20 s) is no read of memory
+  CHECK(gb_s < 10000);
+  Run plain = journey("bench --bandwidth-only --threads 2");
+  CHECK(plain.status == 0);
+  CHECK(has(plain.out, "read bandwidth "));
+  CHECK(has(plain.out, " GB/s (the best of 4 reads of 2.0 GiB on 2 threads)"));
+  Run with_model = journey("bench --bandwidth-only --model data/stories260K");
+  CHECK(with_model.status == 2);
+  CHECK(has(with_model.err, "--model excludes --bandwidth-only"));
+}
+
 TEST_CASE("JOURNEY_BF16_PREFILL: the AVX512-BF16 panels on, off or where vdpbf16ps measures faster than f32 FMA (said in bench's kernels); a bad value is an error") {
   // stories260K as BF16 (journey quantize), a prompt of more than 16 tokens: its products are a prefill
   const fs::path bf16 = kWork / "stories260K-bf16.gguf";

@@ -13,6 +13,13 @@ n_threads_batch). Memory: each engine's peak resident set in its own process (jo
 so the Python interpreter's ~0.03-0.1 GB are in its figure). Both engines compute on the stored blocks (journey's fast CPU backend since issue #11:
 docs/performance.md, "Weights as stored").
 
+The memory's speed of the moment: on the VMs of docs/performance.md the read bandwidth swings
+between ~30 and ~65 GB/s for seconds to minutes, so a decode rate near the memory's limit says as
+much about the state the memory was in as about the engine. Each run of either engine is therefore
+followed at once by journey's bandwidth probe (journey bench's own after its run; `journey bench
+--bandwidth-only` after llama.cpp's), and the second table sets each run's decode against it:
+decode tok/s x the file's weight bytes per token (journey's count) / the probe, the median over runs.
+
 The SmolLM2 comparison (greedy tokens and logits, --compare-steps steps): journey's greedy run is
 `journey trace --chat` with its logits dumped at every step; llama.cpp evaluates the same prompt
 followed by journey's tokens (teacher forcing) with logits for every position, so step s of both
@@ -95,14 +102,25 @@ def make_tinyllama_ggufs(rows, threads):
 # One measured run of each engine.
 
 def journey_run(journey, path, args):
-    """(prefill tok/s, decode tok/s, peak resident bytes) of one `journey bench --runs 1`, or raises with journey's message."""
+    """(prefill tok/s, decode tok/s, peak resident bytes, the read bandwidth probed right after its decode in GB/s,
+    weight bytes per decoded token) of one `journey bench --runs 1`, or raises with journey's message."""
     result = subprocess.run([journey, "bench", "--model", path, "--prompt-tokens", str(args.prompt_tokens),
                              "--gen-tokens", str(args.gen_tokens), "--threads", str(args.threads), "--runs", "1",
                              "--json"], capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"exit {result.returncode}")
     report = json.loads(result.stdout)
-    return report["prefill_tok_s"]["median"], report["decode_tok_s"]["median"], report["resident_engine_peak_bytes"]
+    return (report["prefill_tok_s"]["median"], report["decode_tok_s"]["median"], report["resident_engine_peak_bytes"],
+            report["read_bandwidth_runs_gb_s"]["median"], report["decode_bytes_per_token"])
+
+
+def bandwidth_probe(journey, threads):
+    """GB/s of journey bench's read-bandwidth probe alone (`journey bench --bandwidth-only`), on `threads` threads."""
+    result = subprocess.run([journey, "bench", "--bandwidth-only", "--threads", str(threads), "--json"],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"journey bench --bandwidth-only: {result.stderr.strip() or f'exit {result.returncode}'}")
+    return json.loads(result.stdout)["read_bandwidth_gb_s"]
 
 
 def last_logits(llm):
@@ -155,7 +173,7 @@ def llama_run_isolated(path, args, seed):
 
 def bench_row(name, path, args):
     row = {"row": name, "file": os.path.basename(path), "bytes": os.path.getsize(path)}
-    journey_rates, llama_rates, unsupported = [], [], None
+    journey_rates, llama_rates, llama_probes, unsupported = [], [], [], None
     for run in range(args.runs):
         if unsupported is None:
             try:
@@ -163,17 +181,24 @@ def bench_row(name, path, args):
             except RuntimeError as e:
                 unsupported = str(e)
         llama_rates.append(llama_run_isolated(path, args, seed=run))
+        llama_probes.append(bandwidth_probe(args.journey, args.threads))  # at once: the memory of llama.cpp's moment
         log(f"  {name} run {run + 1}: journey {journey_rates[-1] if journey_rates and unsupported is None else unsupported}, "
-            f"llama.cpp {llama_rates[-1]}")
+            f"llama.cpp {llama_rates[-1]} then probe {llama_probes[-1]:.1f} GB/s")
     row["llama_prefill"] = statistics.median(r[0] for r in llama_rates)
     row["llama_decode"] = statistics.median(r[1] for r in llama_rates)
     row["llama_peak"] = max(r[2] for r in llama_rates)
+    row["llama_probes"] = llama_probes
     if unsupported is not None:
         row["unsupported"] = unsupported
     else:
         row["journey_prefill"] = statistics.median(r[0] for r in journey_rates)
         row["journey_decode"] = statistics.median(r[1] for r in journey_rates)
         row["journey_peak"] = max(r[2] for r in journey_rates)
+        row["journey_probes"] = [r[3] for r in journey_rates]
+        # each run's decode against the probe read right after it: weight bytes per second / probe bytes per second
+        bytes_per_token = journey_rates[0][4]
+        row["journey_decode_of_probe"] = [r[1] * bytes_per_token / (r[3] * 1e9) for r in journey_rates]
+        row["llama_decode_of_probe"] = [r[1] * bytes_per_token / (p * 1e9) for r, p in zip(llama_rates, llama_probes)]
     return row
 
 
@@ -197,6 +222,26 @@ def table(rows, args, load_before):
                          f"{r['journey_prefill'] / r['llama_prefill']:.2f} | {r['journey_decode']:.2f} | "
                          f"{r['llama_decode']:.2f} | {r['journey_decode'] / r['llama_decode']:.2f} | "
                          f"{r['journey_peak'] / 1e9:.2f} | {r['llama_peak'] / 1e9:.2f} |")
+    lines += ["",
+              "Decode against the memory's speed of the moment: each run's decode weight bytes per second over the "
+              "read-bandwidth probe run right after it (journey bench's own; `journey bench --bandwidth-only` after "
+              "llama.cpp's), the median and range over runs; the probes' GB/s beside.",
+              "",
+              "| row | journey decode / probe | probe GB/s after journey | llama.cpp decode / probe | probe GB/s after llama.cpp | "
+              "journey / llama.cpp at equal bandwidth |",
+              "|---|---:|---:|---:|---:|---:|"]
+
+    def spread(values, scale=1.0, digits=1):
+        low, mid, high = min(values) * scale, statistics.median(values) * scale, max(values) * scale
+        return f"{mid:.{digits}f} ({low:.{digits}f}-{high:.{digits}f})"
+
+    for r in rows:
+        if "unsupported" in r:
+            lines.append(f"| {r['row']} | unsupported | — | — | {spread(r['llama_probes'])} | — |")
+            continue
+        ours, theirs = r["journey_decode_of_probe"], r["llama_decode_of_probe"]
+        lines.append(f"| {r['row']} | {spread(ours, 100)} % | {spread(r['journey_probes'])} | {spread(theirs, 100)} % | "
+                     f"{spread(r['llama_probes'])} | {statistics.median(ours) / statistics.median(theirs):.2f} |")
     return "\n".join(lines)
 
 
