@@ -205,7 +205,7 @@ struct KernelTable {
   // The same for prefill: `count` (1 .. kPrefillRows) rows against every chunk of token lanes
   // x[0 .. chunks) (their unsigned quads `qu` made), in tiles of 6 rows x two chunks (one chunk:
   // 8 rows x 1), written to `y` as PrefillOutput says; scratch: prefill_scratch_floats(n, chunks)
-  // floats (the rows' scales, once for all chunks, and the tiles' results). Bit for bit
+  // floats (the tiles' results). Bit for bit
   // dot_tokens_q8_0_sums per chunk (plus the bias), with fewer vector operations per vpdpbusd
   // (kernels_impl.inc). AVX512-VNNI only (nullptr elsewhere).
   void (*prefill_q8_0_sums)(const void* rows, size_t row_bytes, const int16_t* sums, size_t sums_stride, int count,
@@ -294,9 +294,9 @@ inline constexpr int kStoredTokenRows = 4;  // rows per dot_tokens_stored call
 // The prefill kernels: rows per call (one 64-byte line of y per token), rows and chunks of 16
 // tokens per register tile (Q8_0's tiles: 6 rows, kernels_impl.inc)
 inline constexpr int kPrefillRows = 16, kPrefillTileRows = 4, kPrefillTileChunks = 2;
-// Their scratch: two f32 (or int32) values per block of 32 and row (Q8_0: scale and sum start;
-// Q4_K: scale and minimum of each sub-block), then the results [kPrefillRows, chunks, 16]; Q4_0
-// then its rows made Q8_0 (34 bytes a block) and their block sums (2 bytes)
+// Their scratch: two f32 values per block of 32 and row (Q4_K: scale and minimum of each
+// sub-block; Q8_0's tiles read theirs beside the quads), then the results [kPrefillRows, chunks,
+// 16]; Q4_0 then its rows made Q8_0 (34 bytes a block) and their block sums (2 bytes)
 inline constexpr int64_t prefill_q8_0_scratch_floats(int64_t n, int64_t chunks) {
   return 2 * kPrefillRows * (n / 32) + kPrefillRows * chunks * kLaneTokens;
 }
