@@ -486,7 +486,12 @@ void CpuBackend::swiglu_in_parallel(float* act, const float* gate, const float* 
 
 template <typename Fn>
 void CpuBackend::in_row_shares(int64_t R, int64_t row_elements, Fn&& fn) {
-  constexpr int64_t kMinParallel = 16384;  // values; below, a parallel region costs about what it saves
+  // values; below, a parallel region costs more than it saves: with sleeping OpenMP waits
+  // (OMP_WAIT_POLICY=passive, journey serve's choice) its team mate must be woken, which took longer
+  // than one thread's norm or RoPE over a 16-stream step's rows (16 x 2048 values; a 16-stream
+  // step of the 1.1B shape 74-82 -> 71-74 ms, docs/performance.md, "Fewer parallel regions in a
+  // batched step"); a prefill of 128 tokens still shares them
+  constexpr int64_t kMinParallel = 1 << 18;
   if (threads_ == 1 || R < 2 || R * row_elements < kMinParallel) return fn(int64_t(0), R);
   const int64_t share = (R + threads_ - 1) / threads_;
 #pragma omp parallel for num_threads(threads_) schedule(static)

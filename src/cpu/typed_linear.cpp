@@ -91,9 +91,11 @@ void QuantizedInput::size_for(int64_t T, int64_t in_) {
 
 namespace {
 // Rows of a QuantizedInput are independent: a prefill's (128 tokens x up to 5632 values) are shared
-// by the threads, a decode step's few are quantized on the calling thread (a parallel region costs
-// about what it would save).
-bool quantize_in_parallel(int threads, int64_t T, int64_t in) { return threads > 1 && T > 1 && T * in >= 65536; }
+// by the threads, a decode step's few are quantized on the calling thread, a batched one's too (16
+// x 5632 values): a parallel region costs more than that saves where OpenMP's threads sleep
+// between regions (OMP_WAIT_POLICY=passive, journey serve's choice), since the team mate must be
+// woken (docs/performance.md, "Fewer parallel regions in a batched step").
+bool quantize_in_parallel(int threads, int64_t T, int64_t in) { return threads > 1 && T > 1 && T * in >= (1 << 18); }
 }  // namespace
 
 void QuantizedInput::quantize(const float* x, int64_t T, int64_t in_, int64_t block, int threads) {
