@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -245,6 +246,27 @@ std::optional<AwqConfig> read_awq_config(const std::filesystem::path& config_jso
   return awq;
 }
 
+namespace {
+// An AWQ layer's scales as f16 bits, the type of Q4_1's scale: as stored when they are f16; from
+// bf16 or f32 when every one of them is exactly an f16 value (a bf16 within f16's normal range is:
+// 7 of f16's 10 mantissa bits; an f32 is when it was cast from AutoAWQ's f16); otherwise none, and
+// the layer is widened to f32.
+std::optional<std::vector<uint16_t>> awq_scales_as_f16(const TensorRef& scales) {
+  const size_t count = size_t(scales.numel());
+  std::vector<uint16_t> bits(count);  // [in/g, out]
+  if (scales.dtype == DType::F16) {
+    std::memcpy(bits.data(), scales.data, count * 2);
+    return bits;
+  }
+  const std::vector<float> values = scales.to_f32();
+  for (size_t i = 0; i < count; ++i) {
+    bits[i] = f32_to_f16(values[i]);
+    if (f16_to_f32(bits[i]) != values[i]) return std::nullopt;  // (a NaN fails too)
+  }
+  return bits;
+}
+}  // namespace
+
 std::string AwqConversion::describe() const {
   if (as_f32 == 0) return cat(as_q4_1, " layers as Q4_1 blocks (4-bit in memory)");
   if (as_q4_1 == 0) return cat(as_f32, " layers dequantized to f32 at load");
@@ -293,10 +315,11 @@ AwqConversion convert_awq_weights(const AwqConfig& awq, WeightStore& weights, co
     t.name = layer + ".weight";
     t.shape = {out, in};
     std::shared_ptr<const void> owner;
-    if (g % quant::kQK == 0 && l.scales->dtype == DType::F16) {
+    std::optional<std::vector<uint16_t>> f16_scales;  // [in/g, out] f16 bits
+    if (g % quant::kQK == 0) f16_scales = awq_scales_as_f16(*l.scales);
+    if (f16_scales) {
       // as Q4_1 blocks: the layer stays 4-bit in memory and in the fast backend's products
-      std::vector<uint16_t> scales(l.scales->nbytes / 2);  // [in/g, out] f16 bits
-      std::memcpy(scales.data(), l.scales->data, scales.size() * 2);
+      const std::vector<uint16_t>& scales = *f16_scales;
       auto blocks = std::make_shared<std::vector<quant::block_q4_1>>(size_t(out * (in / quant::kQK)));  // [out, in/32]
       quant::awq_gemm_to_q4_1(qweight.data(), qzeros.data(), scales.data(), in, out, g, blocks->data());
       t.dtype = DType::Q4_1;
@@ -305,7 +328,7 @@ AwqConversion convert_awq_weights(const AwqConfig& awq, WeightStore& weights, co
       t.source = cat(l.qweight->source, " (AWQ, as Q4_1 blocks)");
       owner = blocks;
       ++done.as_q4_1;
-    } else {  // a group that splits Q4_1's blocks of 32, or scales not in f16: widened to f32
+    } else {  // a group that splits Q4_1's blocks of 32, or scales that are not all f16 values: widened to f32
       const std::vector<float> scales = l.scales->to_f32();  // [in/g, out]
       auto values = std::make_shared<std::vector<float>>(size_t(in * out));  // [out, in]
       quant::dequantize_awq_gemm(qweight.data(), qzeros.data(), scales.data(), in, out, g, values->data());

@@ -1,11 +1,12 @@
 // AutoAWQ checkpoints (quant_method "awq", GEMM packing) load as Q4_1 blocks (groups of a multiple of
-// 32) or f32.
+// 32, scales that are f16 values) or f32.
 // The expected values come from tools/quant/make_awq_fixture.py: a NumPy port of AutoAWQ's own packing
 // (WQLinear_GEMM.from_linear) and unpacking (packing_utils.dequantize_gemm) code, which also checks
 // that unpacking its packing gives back the integers it started from (the round trip).
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -99,6 +100,89 @@ TEST_CASE("AWQ unpacking: the nibble order of one int32 (AutoAWQ packs outputs 0
   std::vector<float> scales(8, 1.0f), w(8);
   quant::dequantize_awq_gemm(&qweight, &qzeros, scales.data(), 1, 8, 1, w.data());
   CHECK(w == std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8});
+}
+
+// Scales stored as bf16 or f32 (a checkpoint cast after AutoAWQ wrote it in f16): where every scale
+// of a layer is exactly an f16 value (Q4_1's scale type) the layer still loads as Q4_1 blocks; a
+// layer with one scale that is not stays exact, widened to f32.
+TEST_CASE("AWQ scales in bf16 or f32 load as Q4_1 where every one is an f16 value, else the layer is widened to f32") {
+  WeightStore stored;
+  read_safetensors(quant_data("awq-tiny") / "model.safetensors", stored);
+  const std::string odd_layer = "model.layers.1.mlp.down_proj";
+  // each scales tensor in `type`: the f16 values widened (f32), or rounded to bf16 (bf16); with
+  // `nudge_one`, one scale of odd_layer moved off the f16 grid (f32 only)
+  auto variant = [&](const std::string& tag, DType type, bool nudge_one) {
+    const fs::path dir = quant_scratch("awq-scales-" + tag);
+    for (const char* file : {"config.json", "tokenizer.model", "tokenizer_config.json"})
+      fs::copy_file(quant_data("awq-tiny") / file, dir / file);
+    std::vector<TensorRef> tensors;
+    std::vector<std::vector<uint16_t>> halves;  // owners of the new tensors' bytes
+    std::vector<std::vector<float>> floats;
+    for (const auto& [name, t] : stored.all()) {
+      TensorRef out = t;
+      if (name.size() > 7 && name.compare(name.size() - 7, 7, ".scales") == 0) {
+        REQUIRE(t.dtype == DType::F16);
+        std::vector<float> values = t.to_f32();
+        if (nudge_one && name == odd_layer + ".scales") values[5] *= 1.0f + 0x1p-20f;
+        out.dtype = type;
+        if (type == DType::F32) {
+          floats.push_back(values);
+          out.data = reinterpret_cast<const std::byte*>(floats.back().data());
+          out.nbytes = values.size() * 4;
+        } else {
+          std::vector<uint16_t> bits(values.size());
+          for (size_t i = 0; i < values.size(); ++i) bits[i] = f32_to_bf16(values[i]);
+          halves.push_back(std::move(bits));
+          out.data = reinterpret_cast<const std::byte*>(halves.back().data());
+          out.nbytes = values.size() * 2;
+        }
+      }
+      tensors.push_back(out);
+    }
+    write_safetensors(dir / "model.safetensors", tensors);
+    return dir;
+  };
+  const LoadedModel f16 = load_model(quant_data("awq-tiny"));
+  {  // f32 scales equal to the f16 ones: the same Q4_1 blocks, byte for byte
+    const LoadedModel m = load_model(variant("f32", DType::F32, false));
+    bool noted = false;
+    for (const std::string& note : m.notes) noted |= note.find("14 layers as Q4_1 blocks (4-bit in memory)") != std::string::npos;
+    CHECK(noted);
+    for (const char* name : {"model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight"}) {
+      CAPTURE(name);
+      const TensorRef& got = m.weights.get(name);
+      const TensorRef& want = f16.weights.get(name);
+      REQUIRE(got.dtype == DType::Q4_1);
+      REQUIRE(got.nbytes == want.nbytes);
+      CHECK(std::memcmp(got.data, want.data, got.nbytes) == 0);
+    }
+  }
+  {  // bf16 scales (7 of f16's 10 mantissa bits): Q4_1 blocks with the weights of the bf16 scales
+    const LoadedModel m = load_model(variant("bf16", DType::BF16, false));
+    const TensorRef& got = m.weights.get(odd_layer + ".weight");
+    CHECK(got.dtype == DType::Q4_1);
+    // the exact weights of those scales: AutoAWQ's unpacking (quant::dequantize_awq_gemm) in f32
+    const TensorRef& qweight = stored.get(odd_layer + ".qweight");
+    const TensorRef& qzeros = stored.get(odd_layer + ".qzeros");
+    std::vector<float> scales = stored.get(odd_layer + ".scales").to_f32();
+    for (float& v : scales) v = bf16_to_f32(f32_to_bf16(v));
+    const int64_t in = qweight.shape[0], out = qweight.shape[1] * 8;
+    std::vector<int32_t> q(size_t(qweight.numel())), z(size_t(qzeros.numel()));
+    std::memcpy(q.data(), qweight.data, q.size() * 4);
+    std::memcpy(z.data(), qzeros.data, z.size() * 4);
+    std::vector<float> expected(size_t(in * out));  // [out, in]
+    quant::dequantize_awq_gemm(q.data(), z.data(), scales.data(), in, out, 128, expected.data());
+    CHECK(awq_weights_beyond_rounding(got, expected) == 0);
+  }
+  {  // one f32 scale off the f16 grid: its layer widened to f32 (exact), the others Q4_1
+    const LoadedModel m = load_model(variant("f32-odd", DType::F32, true));
+    bool noted = false;
+    for (const std::string& note : m.notes)
+      noted |= note.find("13 layers as Q4_1 blocks (4-bit in memory), 1 dequantized to f32 at load") != std::string::npos;
+    CHECK(noted);
+    CHECK(m.weights.get(odd_layer + ".weight").dtype == DType::F32);
+    CHECK(m.weights.get("model.layers.0.self_attn.q_proj.weight").dtype == DType::Q4_1);
+  }
 }
 
 TEST_CASE("AWQ checkpoints journey cannot read are refused with the reason") {
