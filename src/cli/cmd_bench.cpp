@@ -74,8 +74,9 @@ void print_bandwidth_only(const BenchOptions& options, bool json) {
                      .dump(2)
               << "\n";
   } else {
-    std::printf("read bandwidth %.1f GB/s (the best of 4 reads of %.1f GiB on %d thread%s)\n", gb_s,
-                double(options.probe_bytes) / double(size_t(1) << 30), probe.threads(), probe.threads() == 1 ? "" : "s");
+    std::printf("read bandwidth %.1f GB/s (the best of %d reads of %.1f GiB on %d thread%s)\n", gb_s,
+                ReadBandwidthProbe::kPasses, double(options.probe_bytes) / double(size_t(1) << 30), probe.threads(),
+                probe.threads() == 1 ? "" : "s");
   }
 }
 

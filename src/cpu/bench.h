@@ -154,7 +154,8 @@ std::string prefill_path(const WeightStore& weights);
 class ReadBandwidthProbe {
  public:
   explicit ReadBandwidthProbe(int threads, size_t bytes = size_t(2) << 30);
-  double measure(int passes = 4);  // GB/s, the best of `passes` full reads (two read kernels, alternating)
+  static constexpr int kPasses = 4;  // full reads per measure() unless told
+  double measure(int passes = kPasses);  // GB/s, the best of `passes` full reads (two read kernels, alternating)
   // GB/s of one read of part `part % parts` of the buffer (parts of 256 MB for the default 2 GiB:
   // a few milliseconds, each part far larger than the caches and not read since the part before
   // it), for a ceiling taken right beside a short measurement (journey bench: each decode step).
