@@ -293,6 +293,7 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
     r.f32_fma_gflop_s = peak_on_threads(cpu::kernels::PeakKind::F32Fma, r.threads) / 1e9;
     r.bf16_dot_gflop_s = peak_on_threads(cpu::kernels::PeakKind::Bf16Dot, r.threads) / 1e9;
     r.int8_dot_gop_s = peak_on_threads(cpu::kernels::PeakKind::Int8Dot, r.threads) / 1e9;
+    r.int8_block_dot_gop_s = peak_on_threads(cpu::kernels::PeakKind::Int8BlockDot, r.threads) / 1e9;
     r.amx_bf16_gflop_s = peak_on_threads(cpu::kernels::PeakKind::AmxBf16, r.threads) / 1e9;
     // oneDNN's GEMM on the prefill path's instructions, where it has them on this CPU (bf16 needs
     // AVX-512 in oneDNN 2.6; without it the basis says so and the estimate stands in)
@@ -389,6 +390,11 @@ std::string format_bench_table(const BenchResult& r) {
                 "GOP/s, bf16 AMX tiles (tdpbf16ps) %.0f GFLOP/s (0 = not on this CPU, or capped by JOURNEY_CPU_ISA)\n",
                 r.f32_fma_gflop_s, r.bf16_dot_gflop_s, r.int8_dot_gop_s, r.amx_bf16_gflop_s);
   out << line;
+  std::snprintf(line, sizeof line,
+                "         int8 in blocks of 32 (the int8 dot, then per block a convert, a multiply by the two scales "
+                "and an FMA: the least a block type adds) %.0f GOP/s\n",
+                r.int8_block_dot_gop_s);
+  out << line;
   std::snprintf(line, sizeof line, "model    %.3g GB of weights read per decoded token, %.3g GFLOP per prefill\n",
                 r.decode_bytes_per_token / gb, r.prefill_flops / gb);
   out << line;
@@ -404,6 +410,14 @@ std::string format_bench_table(const BenchResult& r) {
     std::snprintf(line, sizeof line, "prefill  at %.1f GFLOP/s: %.1f%% of the %s path's instruction peak (%.0f GFLOP/s)\n",
                   r.prefill_gflop_s(), 100.0 * r.prefill_gflop_s() / r.prefill_instruction_peak_gflop_s(),
                   r.prefill_path.c_str(), r.prefill_instruction_peak_gflop_s());
+    out << line;
+  }
+  if (r.prefill_block_arithmetic_peak_gflop_s() > 0) {
+    std::snprintf(line, sizeof line,
+                  "prefill  at %.1f GFLOP/s: %.1f%% of the block arithmetic's peak (%.0f GOP/s: int8 in blocks of 32, "
+                  "which no exact block product passes; oneDNN's int8 GEMM has one scale per tensor)\n",
+                  r.prefill_gflop_s(), 100.0 * r.prefill_gflop_s() / r.prefill_block_arithmetic_peak_gflop_s(),
+                  r.prefill_block_arithmetic_peak_gflop_s());
     out << line;
   }
   row("decode", r.decode_tok_s, r.decode_ceiling_tok_s(), "bandwidth");
@@ -484,6 +498,7 @@ nlohmann::json bench_json(const BenchResult& r) {
           {"f32_fma_gflop_s", r.f32_fma_gflop_s},
           {"bf16_dot_gflop_s", r.bf16_dot_gflop_s},
           {"int8_dot_gop_s", r.int8_dot_gop_s},
+          {"int8_block_dot_gop_s", r.int8_block_dot_gop_s},
           {"amx_bf16_gflop_s", r.amx_bf16_gflop_s},
           {"onednn_gflop_s", r.onednn_gflop_s},
           {"onednn_kernel", r.onednn_kernel},
@@ -495,6 +510,7 @@ nlohmann::json bench_json(const BenchResult& r) {
           {"prefill_gemm_ceiling_gflop_s", r.prefill_gemm_gflop_s()},
           {"prefill_gflop_s", r.prefill_gflop_s()},
           {"prefill_instruction_peak_gflop_s", r.prefill_instruction_peak_gflop_s()},
+          {"prefill_block_arithmetic_peak_gflop_s", r.prefill_block_arithmetic_peak_gflop_s()},
           {"gemm_gflop_s_per_cpu_second_x_threads", r.gemm_cpu_gflop_s},
           {"prefill_ceiling_tok_s_per_cpu_second_x_threads", r.prefill_cpu_ceiling_tok_s()},
           {"weight_types", r.weight_types},
@@ -516,6 +532,7 @@ nlohmann::json bench_json(const BenchResult& r) {
                             "prefill_fraction_of_ceiling", "decode_fraction_of_ceiling", "read_bandwidth_runs_gb_s",
                             "decode_fraction_of_ceiling_per_run", "decode_fraction_of_ceiling_per_step",
                             "prefill_gemm_ceiling_gflop_s", "prefill_instruction_peak_gflop_s",
+                            "prefill_block_arithmetic_peak_gflop_s",
                             "prefill_compute_seconds", "prefill_memory_seconds",
                             "gemm_gflop_s_per_cpu_second_x_threads", "prefill_ceiling_tok_s_per_cpu_second_x_threads"})
       j[key] = nullptr;

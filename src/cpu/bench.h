@@ -67,6 +67,10 @@ struct BenchResult {
   // memory): f32 FMA, AVX512-BF16 vdpbf16ps and the int8 dot (AVX512-VNNI vpdpbusd, AVX2
   // vpmaddubsw + vpmaddwd) (0 where the CPU lacks them); 2 operations per multiply-add.
   double f32_fma_gflop_s = 0, bf16_dot_gflop_s = 0, int8_dot_gop_s = 0;
+  // The int8 dot with what a block format adds per 32 inputs at the least (a convert, a multiply
+  // by the two block scales and an FMA: kernels::PeakKind::Int8BlockDot) on `threads` threads: the
+  // rate no exact product of block-quantized rows passes (0 where the CPU has no int8 dot).
+  double int8_block_dot_gop_s = 0;
   double amx_bf16_gflop_s = 0;        // AMX tdpbf16ps on tiles (0: no AMX, or capped)
   // oneDNN's matmul of the prefill's shape on the prefill path's instructions (cpu/onednn_matmul.h,
   // the weight prepacked in the layout it chooses: its kernel's own rate): f32 for the f32 path, bf16
@@ -98,6 +102,10 @@ struct BenchResult {
            : prefill_path == "bf16"     ? bf16_dot_gflop_s
                                         : f32_fma_gflop_s;
   }
+  // The int8-lanes path's own arithmetic peak (int8_block_dot_gop_s; 0 on the other paths): the
+  // bound its block kernels meet before any GEMM's, since a GEMM of one scale per tensor (oneDNN's
+  // int8 matmul) skips the per-block multiply and FMA that Q8_0 .. Q6_K cannot.
+  double prefill_block_arithmetic_peak_gflop_s() const { return prefill_path == "int8-lanes" ? int8_block_dot_gop_s : 0; }
   double prefill_gflop_s() const {  // the median prefill's rate
     return prompt_tokens > 0 ? prefill_tok_s.median * prefill_flops / prompt_tokens / 1e9 : 0;
   }

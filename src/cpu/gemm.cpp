@@ -300,12 +300,14 @@ double peak_rate(PeakKind kind, double seconds) {
     if (kind == PeakKind::Bf16Dot) return has_bf16_dot() ? avx512bf16::peak_loop(k, iterations, sink) : 0;
     if (kind == PeakKind::AmxBf16) return has_amx() ? amx::peak_loop(k, iterations, sink) : 0;
     // the instructions the kernels use: JOURNEY_CPU_ISA's cap applies to the peaks too
-    if (kind == PeakKind::Int8Dot && best_isa() == Isa::Generic) return 0;
+    const bool int8 = kind == PeakKind::Int8Dot || kind == PeakKind::Int8BlockDot;
+    if (int8 && best_isa() == Isa::Generic) return 0;
     if (best_isa() == Isa::Avx512) return avx512::peak_loop(k, iterations, sink);
     if (best_isa() == Isa::Avx2) return avx2::peak_loop(k, iterations, sink);
 #endif
 #ifdef JOURNEY_KERNELS_NEON
-    if (kind == PeakKind::Int8Dot) return best_isa() == Isa::NeonDot ? neon::peak_loop(k, iterations, sink) : 0;
+    if (kind == PeakKind::Int8Dot || kind == PeakKind::Int8BlockDot)
+      return best_isa() == Isa::NeonDot ? neon::peak_loop(k, iterations, sink) : 0;
 #endif
     return kind == PeakKind::F32Fma ? generic::peak_loop(k, iterations, sink) : 0;
   };

@@ -395,11 +395,14 @@ void row_blocks_from_groups(DType type, const void* grouped, int64_t in, int64_t
 void q8_0_block_sums(const void* rows, int64_t count, int64_t in, int16_t* sums);
 
 // The instructions behind the products, for journey bench's ceilings.
-enum class PeakKind { F32Fma, Int8Dot, Bf16Dot, AmxBf16 };
+enum class PeakKind { F32Fma, Int8Dot, Bf16Dot, AmxBf16, Int8BlockDot };
 // Operations (2 per multiply-add) one thread does per second in a register-resident loop of the
 // instruction (f32 FMA of the best Isa, the int8 dot of the best Isa — AVX512-VNNI vpdpbusd, AVX2
 // vpmaddubsw + vpmaddwd, aarch64 dotprod sdot —, AVX512-BF16 vdpbf16ps, AMX-BF16 tdpbf16ps on
-// tiles), measured for about `seconds`; 0 when the CPU lacks it.
+// tiles), measured for about `seconds`; 0 when the CPU lacks it. Int8BlockDot: that int8 dot with
+// the least a block format adds to it — per 32 inputs and lane a convert, a multiply by the two
+// block scales and an FMA (Q8_0's prefill tile, its operands in L1): the rate no exact product of
+// block-quantized rows passes, where Int8Dot is the instruction's alone.
 double peak_rate(PeakKind kind, double seconds = 0.2);
 
 // ---- AVX512-BF16 (only when has_bf16_dot()) ---------------------------------------------------

@@ -414,9 +414,66 @@ double int8_peak(int64_t iterations, float* sink) {
   return 2.0 * 12 * 16 * double(iterations);
 }
 
+// PeakKind::Int8BlockDot (kind 4): the same with what a block format adds per 32 inputs, as x86's
+// peak_int8_block_dot (kernels_impl.inc) — 8 sdot per row and lane group from the block's start,
+// then a convert, a multiply by the two block scales and an FMA — on 4 rows x 2 groups of 4 token
+// lanes, the operands read from a few blocks in L1 so that the scales vary.
+double int8_block_peak(int64_t iterations, float* sink) {
+  constexpr int kBlocks = 8, kRows = 4, kChunks = 2;
+  struct Operands {
+    int8_t tokens[kBlocks][kChunks][8][16];  // per block, lane group and quad: 4 tokens' quads
+    int32_t weights[kRows][kBlocks][8], starts[kRows][kBlocks];
+    float row_scales[kRows][kBlocks], token_scales[kBlocks][kChunks][4];
+  };
+  static const Operands p = [] {
+    Operands o{};
+    for (int b = 0; b < kBlocks; ++b)
+      for (int c = 0; c < kChunks; ++c) {
+        for (int k = 0; k < 8; ++k)
+          for (int i = 0; i < 16; ++i) o.tokens[b][c][k][i] = int8_t((b + c + k + i) % 7 - 3);
+        for (int i = 0; i < 4; ++i) o.token_scales[b][c][i] = 1e-6f * float(1 + (b + c + i) % 5);
+      }
+    for (int r = 0; r < kRows; ++r)
+      for (int b = 0; b < kBlocks; ++b) {
+        for (int k = 0; k < 8; ++k) o.weights[r][b][k] = int32_t(0x01FF02FEu + uint32_t(r * 8 + b + k));
+        o.starts[r][b] = r + b;
+        o.row_scales[r][b] = 0.01f * float(1 + (r + b) % 3);
+      }
+    return o;
+  }();
+  float32x4_t acc[kRows][kChunks];
+  for (auto& row : acc)
+    for (float32x4_t& a : row) a = vdupq_n_f32(0);
+  for (int64_t n = 0; n < iterations; ++n) {
+    const int b = int(n % kBlocks);
+    int32x4_t sums[kRows][kChunks];
+    for (int r = 0; r < kRows; ++r)
+      for (int c = 0; c < kChunks; ++c) sums[r][c] = vdupq_n_s32(p.starts[r][b]);
+    for (int k = 0; k < 8; ++k) {
+      int8x16_t xq[kChunks];
+      for (int c = 0; c < kChunks; ++c) xq[c] = vld1q_s8(p.tokens[b][c][k]);
+      for (int r = 0; r < kRows; ++r) {
+        const int8x16_t weights = vreinterpretq_s8_s32(vdupq_n_s32(p.weights[r][b][k]));
+        for (int c = 0; c < kChunks; ++c) sums[r][c] = vdotq_s32(sums[r][c], xq[c], weights);
+      }
+    }
+    for (int c = 0; c < kChunks; ++c) {
+      const float32x4_t dx = vld1q_f32(p.token_scales[b][c]);
+      for (int r = 0; r < kRows; ++r)
+        acc[r][c] = vfmaq_f32(acc[r][c], vcvtq_f32_s32(sums[r][c]), vmulq_n_f32(dx, p.row_scales[r][b]));
+    }
+  }
+  float32x4_t all = acc[0][0];
+  for (int i = 1; i < kRows * kChunks; ++i) all = vaddq_f32(all, acc[i / kChunks][i % kChunks]);
+  *sink = vaddvq_f32(all);
+  return 2.0 * kRows * kChunks * 4 * 32 * double(iterations);
+}
+
 }  // namespace
 
-double peak_loop(int kind, int64_t iterations, float* sink) { return kind == 1 ? int8_peak(iterations, sink) : 0; }
+double peak_loop(int kind, int64_t iterations, float* sink) {
+  return kind == 1 ? int8_peak(iterations, sink) : kind == 4 ? int8_block_peak(iterations, sink) : 0;
+}
 
 const KernelTable& kernel_table() {
   static const KernelTable table = [] {

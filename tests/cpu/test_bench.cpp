@@ -10,6 +10,7 @@
 #include "reference/random_model.h"
 #include "cpu/bench.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/kernels.h"
 
 using namespace journey;
 
@@ -32,6 +33,7 @@ TEST_CASE("bench: bytes per decoded token = every weight except the (untied) emb
     // without ceilings no rate is set against one: null in the JSON, no percentage in the table
     CHECK(json["decode_fraction_of_ceiling"].is_null());
     CHECK(json["prefill_instruction_peak_gflop_s"].is_null());
+    CHECK(json["prefill_block_arithmetic_peak_gflop_s"].is_null());
     CHECK(json["ceilings_measured"] == false);
     const std::string table = format_bench_table(r);
     CHECK(table.find("ceilings not measured") != std::string::npos);
@@ -82,6 +84,12 @@ TEST_CASE("bench: with the ceilings measured, every run's decode has its own ban
   CHECK(r.prefill_gflop_s() == doctest::Approx(r.prefill_tok_s.median * r.prefill_flops / 24 / 1e9));
   CHECK(json["prefill_instruction_peak_gflop_s"].get<double>() == doctest::Approx(r.f32_fma_gflop_s));
   CHECK(table.find("of the f32 path's instruction peak") != std::string::npos);
+  // the block arithmetic's peak is measured wherever the int8 dot's is, and set against the
+  // prefill on the int8-lanes path only (an f32 model here: no such line, 0 in the JSON)
+  CHECK((r.int8_block_dot_gop_s > 0) == (r.int8_dot_gop_s > 0));
+  CHECK(json["int8_block_dot_gop_s"].get<double>() == doctest::Approx(r.int8_block_dot_gop_s));
+  CHECK(json["prefill_block_arithmetic_peak_gflop_s"].get<double>() == 0);
+  CHECK(table.find("of the block arithmetic's peak") == std::string::npos);
   // and every decode step its own probe part right after it: 3 runs x 3 steps of pairs, ordered
   const Spread& steps = r.decode_step_fraction;
   CHECK(steps.min > 0);
@@ -174,4 +182,19 @@ TEST_CASE("bench: the prefill ceiling is a roofline — the longer of its GEMM t
   r.onednn_type = "u8";
   CHECK(r.prefill_gemm_gflop_s() == doctest::Approx(400));
   CHECK(r.prefill_gemm_basis().find("oneDNN int8 matmul") == 0);
+  // beside the GEMM: the block arithmetic's own peak, on this path only
+  r.int8_block_dot_gop_s = 900;
+  CHECK(r.prefill_block_arithmetic_peak_gflop_s() == 900);
+  r.prefill_path = "bf16";
+  CHECK(r.prefill_block_arithmetic_peak_gflop_s() == 0);
+}
+
+TEST_CASE("bench: the int8 peaks, with and without the blocks' work, are there or not together") {
+  using cpu::kernels::PeakKind;
+  const double int8 = cpu::kernels::peak_rate(PeakKind::Int8Dot, 0.02);
+  const double blocks = cpu::kernels::peak_rate(PeakKind::Int8BlockDot, 0.02);
+  CAPTURE(int8);
+  CAPTURE(blocks);
+  CHECK(std::isfinite(blocks));
+  CHECK((blocks > 0) == (int8 > 0));
 }
