@@ -1376,9 +1376,15 @@ TEST_CASE("kernels: attention over an f16, bf16 or q8_0 KV cache read in place e
           k.attention_scores(DType::F32, q.data(), f32_rows.data(), count, D, 0.125f, want_scores.data());
           CHECK(std::memcmp(scores.data(), want_scores.data(), scores.size() * sizeof(float)) == 0);
           std::vector<float> mix(static_cast<size_t>(D)), want_mix(static_cast<size_t>(D));
-          k.attention_mix(type, weights.data(), typed_rows.data(), count, D, mix.data());
-          k.attention_mix(DType::F32, weights.data(), f32_rows.data(), count, D, want_mix.data());
+          k.attention_mix(type, weights.data(), typed_rows.data(), count, D, mix.data(), false);
+          k.attention_mix(DType::F32, weights.data(), f32_rows.data(), count, D, want_mix.data(), false);
           CHECK(std::memcmp(mix.data(), want_mix.data(), mix.size() * sizeof(float)) == 0);
+          // the rows split over two calls, the second going on from the first's sums: the same bits
+          const int64_t split = count / 2;
+          std::vector<float> halves(static_cast<size_t>(D));
+          k.attention_mix(type, weights.data(), typed_rows.data(), split, D, halves.data(), false);
+          k.attention_mix(type, weights.data() + split, typed_rows.data() + split, count - split, D, halves.data(), true);
+          CHECK(std::memcmp(halves.data(), mix.data(), mix.size() * sizeof(float)) == 0);
           // and the f32 kernels agree with a double-precision loop (so "equal" is not two wrongs)
           double s0 = 0;
           for (int64_t d = 0; d < D; ++d) s0 += double(q[size_t(d)]) * widened[size_t((count - 1) * D + d)];

@@ -7,6 +7,8 @@
 //     pool refused for a head_dim its blocks do not divide.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <vector>
@@ -139,4 +141,56 @@ TEST_CASE("kv cache: copy_kv_block copies a q8_0 block bit for bit; q8_0 needs w
                        doctest::Contains("head_dim to be a multiple of 32"), Error);
   CHECK_THROWS_WITH_AS(make_cpu_backend(small, {.threads = 1, .kv_dtype = DType::Q4_0}),
                        doctest::Contains("KV cache type q4_0 is not supported"), Error);
+}
+
+TEST_CASE("kv cache: the query heads of a kv head taken together give the bits of one head at a time") {
+  // paged_attention takes the H / KVH query heads of a kv head together, a chunk of positions at a
+  // time, where there are at least as many (kv head, query) pairs as threads, and one head at a time
+  // otherwise (ops.cpp, attention_core): the same operations in the same order, so the same bits.
+  // 150 positions: two whole chunks of 64 and a partial one; D = 68 leaves a tail after the lanes.
+  // A shuffled block table, and every pool type.
+  const int64_t H = 8, KVH = 2, block_size = 16, start = 149, T = 1;
+  for (const int64_t D : {int64_t(64), int64_t(68)}) {
+    for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
+      if (type == DType::Q8_0 && D % 32 != 0) continue;
+      CAPTURE(D);
+      CAPTURE(dtype_name(type));
+      const int64_t P = start + T, blocks = (P + block_size - 1) / block_size, slot = KVH * D;
+      std::vector<int32_t> table(static_cast<size_t>(blocks));
+      for (int64_t b = 0; b < blocks; ++b) table[size_t(b)] = int32_t((b * 7) % blocks);  // 7 and 10 coprime
+      std::vector<float> k(size_t(P * slot)), v(k.size()), q(size_t(T * H * D));
+      for (size_t i = 0; i < k.size(); ++i) k[i] = float(std::sin(double(i) * 0.013)), v[i] = float(std::cos(double(i) * 0.029));
+      for (size_t i = 0; i < q.size(); ++i) q[i] = float(std::sin(double(i) * 0.7));
+      std::vector<std::byte> k_pool(size_t(dtype_bytes_for(type, blocks * block_size * slot))), v_pool(k_pool.size());
+      cpu::kv_cache_write({k_pool.data(), type}, {v_pool.data(), type}, k.data(), v.data(), table.data(), P, 0,
+                          block_size, KVH, D);
+      std::vector<float> grouped(size_t(T * H * D)), by_head(grouped.size()), weights_grouped(size_t(H * T * P)),
+          weights_by_head(weights_grouped.size());
+      // 1 thread: KVH x T = 2 pairs >= 1, grouped; 3 threads: 2 < 3, one head at a time
+      cpu::paged_attention(grouped.data(), q.data(), {k_pool.data(), type}, {v_pool.data(), type}, table.data(), T,
+                           start, block_size, H, KVH, D, nullptr, weights_grouped.data(), 1);
+      cpu::paged_attention(by_head.data(), q.data(), {k_pool.data(), type}, {v_pool.data(), type}, table.data(), T,
+                           start, block_size, H, KVH, D, nullptr, weights_by_head.data(), 3);
+      CHECK(std::memcmp(grouped.data(), by_head.data(), grouped.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(weights_grouped.data(), weights_by_head.data(), weights_grouped.size() * sizeof(float)) == 0);
+      // and both are attention: against the reference on the rows as the pool holds them
+      std::vector<float> k_back(k.size()), v_back(v.size());
+      for (int64_t p = 0; p < P; ++p) {
+        auto back = [&](const float* row, float* out) {
+          std::vector<std::byte> stored(size_t(dtype_bytes_for(type, slot)));
+          if (type == DType::F32) return (void)std::memcpy(out, row, sizeof(float) * size_t(slot));
+          quant::quantize(type, row, stored.data(), slot);
+          quant::dequantize(type, stored.data(), out, slot);
+        };
+        back(k.data() + p * slot, k_back.data() + p * slot);
+        back(v.data() + p * slot, v_back.data() + p * slot);
+      }
+      std::vector<float> k_ref(size_t(blocks * block_size * slot)), v_ref(k_ref.size()), want(grouped.size());
+      reference::kv_cache_write(k_ref.data(), v_ref.data(), k_back.data(), v_back.data(), table.data(), P, 0, block_size,
+                                KVH, D);
+      reference::paged_attention(want.data(), q.data(), k_ref.data(), v_ref.data(), table.data(), T, start, block_size,
+                                 H, KVH, D, nullptr, nullptr);
+      CHECK(scalar::nmse(grouped, want) < 1e-10);
+    }
+  }
 }
