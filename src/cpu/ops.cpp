@@ -102,9 +102,8 @@ void attention_core(float* context, const float* q, KeyRow key_row, DType k_type
           for (int64_t g = 0; g < group; ++g) finish_row(rows.data() + g * P, n * group + g, t);
           // context = sum_p weights[p] * v[p], the chunks' sums added on in order
           for (int64_t c0 = 0; c0 < count; c0 += kAttentionChunk)
-            for (int64_t g = 0; g < group; ++g)
-              k.attention_mix(v_type, rows.data() + g * P + c0, values + c0, std::min(kAttentionChunk, count - c0), D,
-                              context + (t * H + n * group + g) * D, /*accumulate=*/c0 > 0);
+            k.attention_mix(v_type, rows.data() + c0, P, values + c0, std::min(kAttentionChunk, count - c0), D,
+                            context + (t * H + n * group) * D, D, int(group), /*accumulate=*/c0 > 0);
         }
       }
     } else {
@@ -116,8 +115,8 @@ void attention_core(float* context, const float* q, KeyRow key_row, DType k_type
           const float* query = q + (t * H + h) * D;  // [D]
           k.attention_scores(k_type, query, key_rows.data() + n * P, start + t + 1, D, scale, row.data());
           finish_row(row.data(), h, t);
-          k.attention_mix(v_type, row.data(), value_rows.data() + n * P, start + t + 1, D, context + (t * H + h) * D,
-                          /*accumulate=*/false);
+          k.attention_mix(v_type, row.data(), P, value_rows.data() + n * P, start + t + 1, D, context + (t * H + h) * D,
+                          D, 1, /*accumulate=*/false);
         }
       }
     }

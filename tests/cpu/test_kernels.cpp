@@ -1376,15 +1376,25 @@ TEST_CASE("kernels: attention over an f16, bf16 or q8_0 KV cache read in place e
           k.attention_scores(DType::F32, q.data(), f32_rows.data(), count, D, 0.125f, want_scores.data());
           CHECK(std::memcmp(scores.data(), want_scores.data(), scores.size() * sizeof(float)) == 0);
           std::vector<float> mix(static_cast<size_t>(D)), want_mix(static_cast<size_t>(D));
-          k.attention_mix(type, weights.data(), typed_rows.data(), count, D, mix.data(), false);
-          k.attention_mix(DType::F32, weights.data(), f32_rows.data(), count, D, want_mix.data(), false);
+          k.attention_mix(type, weights.data(), count, typed_rows.data(), count, D, mix.data(), D, 1, false);
+          k.attention_mix(DType::F32, weights.data(), count, f32_rows.data(), count, D, want_mix.data(), D, 1, false);
           CHECK(std::memcmp(mix.data(), want_mix.data(), mix.size() * sizeof(float)) == 0);
           // the rows split over two calls, the second going on from the first's sums: the same bits
           const int64_t split = count / 2;
           std::vector<float> halves(static_cast<size_t>(D));
-          k.attention_mix(type, weights.data(), typed_rows.data(), split, D, halves.data(), false);
-          k.attention_mix(type, weights.data() + split, typed_rows.data() + split, count - split, D, halves.data(), true);
+          k.attention_mix(type, weights.data(), count, typed_rows.data(), split, D, halves.data(), D, 1, false);
+          k.attention_mix(type, weights.data() + split, count, typed_rows.data() + split, count - split, D, halves.data(), D, 1,
+                          true);
           CHECK(std::memcmp(halves.data(), mix.data(), mix.size() * sizeof(float)) == 0);
+          // three heads at once (a pair, then one), each with its own weights: each head's values alone
+          std::vector<float> three_weights(size_t(3 * count)), three(size_t(3 * D)), alone(static_cast<size_t>(D));
+          for (size_t i = 0; i < three_weights.size(); ++i) three_weights[i] = 1.0f / float(2 + i % 11);
+          k.attention_mix(type, three_weights.data(), count, typed_rows.data(), count, D, three.data(), D, 3, false);
+          for (int64_t h = 0; h < 3; ++h) {
+            k.attention_mix(type, three_weights.data() + h * count, count, typed_rows.data(), count, D, alone.data(), D,
+                            1, false);
+            CHECK(std::memcmp(three.data() + h * D, alone.data(), alone.size() * sizeof(float)) == 0);
+          }
           // and the f32 kernels agree with a double-precision loop (so "equal" is not two wrongs)
           double s0 = 0;
           for (int64_t d = 0; d < D; ++d) s0 += double(q[size_t(d)]) * widened[size_t((count - 1) * D + d)];
