@@ -53,7 +53,8 @@ using ConstVectorMap = Eigen::Map<const Eigen::VectorXf>;
 // whole rows per head — the chunks start on multiples of the kernels' lane count and the mix's
 // sums go on from one chunk to the next (KernelTable::attention_mix's `accumulate`) — so the
 // results are the same bits either way; with fewer (kv head, query) pairs than threads the heads
-// are shared out one by one instead (a decode step of a model with one or two kv heads).
+// are shared out one by one instead (a decode step of a model with one or two kv heads), the same
+// loop with one head taken at a time.
 constexpr int64_t kAttentionChunk = 64;  // positions: a multiple of every kernel's lane count
 
 template <typename KeyRow, typename ValueRow>
@@ -76,7 +77,9 @@ void attention_core(float* context, const float* q, KeyRow key_row, DType k_type
     for (int64_t p = last + 1; p < P; ++p) row[p] = 0.0f;
     if (weights_out) std::memcpy(weights_out + (h * T + t) * P, row, sizeof(float) * P);
   };
-  const bool grouped = KVH * T >= threads;
+  // The heads taken together: a kv head's whole group, or one head at a time where there are fewer
+  // (kv head, query) pairs than threads. Item i covers heads [i * together, (i + 1) * together).
+  const int64_t together = KVH * T >= threads ? group : 1, items = H / together;
 #pragma omp parallel num_threads(threads)
   {
 #pragma omp for collapse(2) schedule(static)
@@ -86,38 +89,24 @@ void attention_core(float* context, const float* q, KeyRow key_row, DType k_type
         value_rows[size_t(n * P + p)] = value_row(p, n);
       }
     // (the implicit barrier: every row's address is in place before any query reads it)
-    if (grouped) {
-      HugePageFloats rows(static_cast<size_t>(group * P));  // [group, P] scores, then weights; aligned
+    HugePageFloats rows(static_cast<size_t>(together * P));  // [together, P] scores, then weights; aligned
 #pragma omp for collapse(2) schedule(static)
-      for (int64_t n = 0; n < KVH; ++n) {
-        for (int64_t t = 0; t < T; ++t) {
-          const int64_t count = start + t + 1;  // positions attended
-          const void* const* keys = key_rows.data() + n * P;
-          const void* const* values = value_rows.data() + n * P;
-          // scores = q.k / sqrt(D), a chunk of positions for every head of the group
-          for (int64_t c0 = 0; c0 < count; c0 += kAttentionChunk)
-            for (int64_t g = 0; g < group; ++g)
-              k.attention_scores(k_type, q + (t * H + n * group + g) * D, keys + c0,
-                                 std::min(kAttentionChunk, count - c0), D, scale, rows.data() + g * P + c0);
-          for (int64_t g = 0; g < group; ++g) finish_row(rows.data() + g * P, n * group + g, t);
-          // context = sum_p weights[p] * v[p], the chunks' sums added on in order
-          for (int64_t c0 = 0; c0 < count; c0 += kAttentionChunk)
-            k.attention_mix(v_type, rows.data() + c0, P, values + c0, std::min(kAttentionChunk, count - c0), D,
-                            context + (t * H + n * group) * D, D, int(group), /*accumulate=*/c0 > 0);
-        }
-      }
-    } else {
-      HugePageFloats row(static_cast<size_t>(P));  // [P] scores, then weights, of one (head, query); aligned
-#pragma omp for collapse(2) schedule(static)
-      for (int64_t h = 0; h < H; ++h) {
-        for (int64_t t = 0; t < T; ++t) {
-          const int64_t n = h / group;  // the kv head's rows in the tables
-          const float* query = q + (t * H + h) * D;  // [D]
-          k.attention_scores(k_type, query, key_rows.data() + n * P, start + t + 1, D, scale, row.data());
-          finish_row(row.data(), h, t);
-          k.attention_mix(v_type, row.data(), P, value_rows.data() + n * P, start + t + 1, D, context + (t * H + h) * D,
-                          D, 1, /*accumulate=*/false);
-        }
+    for (int64_t i = 0; i < items; ++i) {
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t h0 = i * together, n = h0 / group;  // the first head, and its kv head's rows in the tables
+        const int64_t count = start + t + 1;               // positions attended
+        const void* const* keys = key_rows.data() + n * P;
+        const void* const* values = value_rows.data() + n * P;
+        // scores = q.k / sqrt(D), a chunk of positions for every head taken
+        for (int64_t c0 = 0; c0 < count; c0 += kAttentionChunk)
+          for (int64_t g = 0; g < together; ++g)
+            k.attention_scores(k_type, q + (t * H + h0 + g) * D, keys + c0, std::min(kAttentionChunk, count - c0), D,
+                               scale, rows.data() + g * P + c0);
+        for (int64_t g = 0; g < together; ++g) finish_row(rows.data() + g * P, h0 + g, t);
+        // context = sum_p weights[p] * v[p], the chunks' sums added on in order
+        for (int64_t c0 = 0; c0 < count; c0 += kAttentionChunk)
+          k.attention_mix(v_type, rows.data() + c0, P, values + c0, std::min(kAttentionChunk, count - c0), D,
+                          context + (t * H + h0) * D, D, int(together), /*accumulate=*/c0 > 0);
       }
     }
   }
