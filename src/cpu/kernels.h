@@ -242,15 +242,15 @@ struct KernelTable {
   // table.
   void (*quantize_q8_k)(const float* x, int64_t n, int8_t* q, float* dx, int32_t* gsum, float* xs);
   // Attention for one query over `count` positions whose K or V rows (D values each, of the KV
-  // pool's type: f32, f16, bf16 or q8_0, read where they lie) are at rows[p]: scores[p] = scale *
-  // (q . rows[p]); out[d] = sum_p weights[p] * rows[p][d] for `heads` query heads sharing the rows
-  // (their weights and outs weights_stride / out_stride floats apart; each head's sums as alone;
-  // `accumulate`: each lane's sum going on from out[d], so that rows split over calls add up exactly
-  // as in one), each value widened to f32 as
-  // quant::dequantize widens it (a signaling NaN aside: F16C quiets it). Every table has them (plain
-  // vector code at each width).
-  void (*attention_scores)(DType type, const float* q, const void* const* rows, int64_t count, int64_t D,
-                           float scale, float* scores);
+  // pool's type: f32, f16, bf16 or q8_0, read where they lie) are at rows[p], for `heads` query
+  // heads sharing the rows: scores[g * scores_stride + p] = scale * (q_g . rows[p]) with q_g = q + g
+  // * q_stride; out[d] = sum_p weights[p] * rows[p][d] (the heads' weights and outs weights_stride /
+  // out_stride floats apart; `accumulate`: each lane's sum going on from out[d], so that rows split
+  // over calls add up exactly as in one). Each head's scores and sums are the ones it gets alone,
+  // bit for bit. Each value widened to f32 as quant::dequantize widens it (a signaling NaN aside:
+  // F16C quiets it). Every table has them (plain vector code at each width).
+  void (*attention_scores)(DType type, const float* q, int64_t q_stride, int heads, const void* const* rows,
+                           int64_t count, int64_t D, float scale, float* scores, int64_t scores_stride);
   void (*attention_mix)(DType type, const float* weights, int64_t weights_stride, const void* const* rows,
                         int64_t count, int64_t D, float* out, int64_t out_stride, int heads, bool accumulate);
   // x = softmax(x) over one row of n (-inf entries become exactly 0; not all of them -inf), and

@@ -45,16 +45,17 @@ using ConstVectorMap = Eigen::Map<const Eigen::VectorXf>;
 // into tables of row addresses [kv heads, P] shared by the H / KVH query heads of a kv head and by
 // every query.
 //
-// The query heads that share a kv head (H / KVH of them: 8 in TinyLlama-1.1B) are taken together,
-// kAttentionChunk positions at a time: each chunk's K rows, then its V rows, are read from memory
-// once and from L1 for the group's other heads, where one head at a time read the kv head's whole
-// K and V again for each of them (a 1.1B decode step at 1,024 positions: ~1 MB per head from L2).
-// Every score and every context value is computed by the same operations in the same order as by
-// whole rows per head — the chunks start on multiples of the kernels' lane count and the mix's
-// sums go on from one chunk to the next (KernelTable::attention_mix's `accumulate`) — so the
-// results are the same bits either way; with fewer (kv head, query) pairs than threads the heads
-// are shared out one by one instead (a decode step of a model with one or two kv heads), the same
-// loop with one head taken at a time.
+// The query heads that share a kv head (H / KVH of them: 8 in TinyLlama-1.1B) are taken together:
+// the scores kernel reads each K row once for all of them (the heads in its vector lanes), and
+// the mix goes kAttentionChunk positions at a time, each chunk's V rows read from memory once and
+// from L1 for the group's other heads, where one head at a time read the kv head's whole K and V
+// again for each of them (a 1.1B decode step at 1,024 positions: ~1 MB per head from L2). Every
+// score and every context value is computed by the same operations in the same order however many
+// heads are taken — the scores kernel's chains are per head, the chunks start on multiples of the
+// kernels' lane count and the mix's sums go on from one chunk to the next
+// (KernelTable::attention_mix's `accumulate`) — so the results are the same bits either way; with
+// fewer (kv head, query) pairs than threads a group is split into parts that give every thread an
+// item (a decode step of a model with few kv heads on many threads), the same loop.
 constexpr int64_t kAttentionChunk = 64;  // positions: a multiple of every kernel's lane count
 
 template <typename KeyRow, typename ValueRow>
@@ -77,9 +78,15 @@ void attention_core(float* context, const float* q, KeyRow key_row, DType k_type
     for (int64_t p = last + 1; p < P; ++p) row[p] = 0.0f;
     if (weights_out) std::memcpy(weights_out + (h * T + t) * P, row, sizeof(float) * P);
   };
-  // The heads taken together: a kv head's whole group, or one head at a time where there are fewer
-  // (kv head, query) pairs than threads. Item i covers heads [i * together, (i + 1) * together).
-  const int64_t together = KVH * T >= threads ? group : 1, items = H / together;
+  // The heads taken together: a kv head's whole group, or the largest part of it (a divisor) that
+  // still gives every thread an item where there are fewer (kv head, query) pairs than threads.
+  // Item i covers heads [i * together, (i + 1) * together).
+  int64_t together = group;
+  while (together > 1 && H / together * T < threads) {
+    --together;
+    while (group % together != 0) --together;
+  }
+  const int64_t items = H / together;
 #pragma omp parallel num_threads(threads)
   {
 #pragma omp for collapse(2) schedule(static)
@@ -97,11 +104,8 @@ void attention_core(float* context, const float* q, KeyRow key_row, DType k_type
         const int64_t count = start + t + 1;               // positions attended
         const void* const* keys = key_rows.data() + n * P;
         const void* const* values = value_rows.data() + n * P;
-        // scores = q.k / sqrt(D), a chunk of positions for every head taken
-        for (int64_t c0 = 0; c0 < count; c0 += kAttentionChunk)
-          for (int64_t g = 0; g < together; ++g)
-            k.attention_scores(k_type, q + (t * H + h0 + g) * D, keys + c0, std::min(kAttentionChunk, count - c0), D,
-                               scale, rows.data() + g * P + c0);
+        // scores = q.k / sqrt(D), every head taken at once (each K row read once for all of them)
+        k.attention_scores(k_type, q + (t * H + h0) * D, D, int(together), keys, count, D, scale, rows.data(), P);
         for (int64_t g = 0; g < together; ++g) finish_row(rows.data() + g * P, h0 + g, t);
         // context = sum_p weights[p] * v[p], the chunks' sums added on in order
         for (int64_t c0 = 0; c0 < count; c0 += kAttentionChunk)
@@ -523,13 +527,15 @@ void paged_attention(float* context, const float* q, KvPool k_pool, KvPool v_poo
   const int64_t P = start + T;
   std::vector<int64_t> slot(static_cast<size_t>(P));  // [P] position -> slot in the pool
   for (int64_t p = 0; p < P; ++p) slot[size_t(p)] = int64_t(block_table[p / block_size]) * block_size + p % block_size;
-  // one head's row of a slot, in the pool's type, where it lies
-  auto row_of = [&](KvPool pool, int64_t p, int64_t kv_head) -> const void* {
-    const int64_t element = slot[size_t(p)] * KVH * D + kv_head * D;  // index of the row's first value
-    return static_cast<const std::byte*>(pool.data) + dtype_bytes_for(pool.type, element);
+  // one head's row of a slot, in the pool's type, where it lies: rows of D values are whole blocks
+  // (check_kv_pool_type), so row r of the pool starts r row sizes in
+  const int64_t k_row_bytes = dtype_bytes_for(k_pool.type, D), v_row_bytes = dtype_bytes_for(v_pool.type, D);
+  auto key_row = [&](int64_t p, int64_t kv_head) -> const void* {
+    return static_cast<const std::byte*>(k_pool.data) + (slot[size_t(p)] * KVH + kv_head) * k_row_bytes;
   };
-  auto key_row = [&](int64_t p, int64_t kv_head) { return row_of(k_pool, p, kv_head); };
-  auto value_row = [&](int64_t p, int64_t kv_head) { return row_of(v_pool, p, kv_head); };
+  auto value_row = [&](int64_t p, int64_t kv_head) -> const void* {
+    return static_cast<const std::byte*>(v_pool.data) + (slot[size_t(p)] * KVH + kv_head) * v_row_bytes;
+  };
   attention_core(context, q, key_row, k_pool.type, value_row, v_pool.type, T, start, H, KVH, D, scores_out,
                  weights_out, threads);
 }

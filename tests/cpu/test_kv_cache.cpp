@@ -144,9 +144,10 @@ TEST_CASE("kv cache: copy_kv_block copies a q8_0 block bit for bit; q8_0 needs w
 }
 
 TEST_CASE("kv cache: the query heads of a kv head taken together give the bits of one head at a time") {
-  // paged_attention takes the H / KVH query heads of a kv head together, a chunk of positions at a
-  // time, where there are at least as many (kv head, query) pairs as threads, and one head at a time
-  // otherwise (ops.cpp, attention_core): the same operations in the same order, so the same bits.
+  // paged_attention takes the H / KVH query heads of a kv head together where there are at least as
+  // many (kv head, query) pairs as threads, and otherwise the largest part of the group that gives
+  // every thread an item, down to one head at a time (ops.cpp, attention_core): the same operations
+  // in the same order, so the same bits.
   // 150 positions: two whole chunks of 64 and a partial one; D = 68 leaves a tail after the lanes.
   // A shuffled block table, and every pool type.
   const int64_t H = 8, KVH = 2, block_size = 16, start = 149, T = 1;
@@ -166,13 +167,17 @@ TEST_CASE("kv cache: the query heads of a kv head taken together give the bits o
                           block_size, KVH, D);
       std::vector<float> grouped(size_t(T * H * D)), by_head(grouped.size()), weights_grouped(size_t(H * T * P)),
           weights_by_head(weights_grouped.size());
-      // 1 thread: KVH x T = 2 pairs >= 1, grouped; 3 threads: 2 < 3, one head at a time
+      // 1 thread: KVH x T = 2 pairs >= 1, the groups of 4 heads whole; 3 threads: 2 < 3, halves of
+      // them (4 items); 8 threads: one head at a time
       cpu::paged_attention(grouped.data(), q.data(), {k_pool.data(), type}, {v_pool.data(), type}, table.data(), T,
                            start, block_size, H, KVH, D, nullptr, weights_grouped.data(), 1);
-      cpu::paged_attention(by_head.data(), q.data(), {k_pool.data(), type}, {v_pool.data(), type}, table.data(), T,
-                           start, block_size, H, KVH, D, nullptr, weights_by_head.data(), 3);
-      CHECK(std::memcmp(grouped.data(), by_head.data(), grouped.size() * sizeof(float)) == 0);
-      CHECK(std::memcmp(weights_grouped.data(), weights_by_head.data(), weights_grouped.size() * sizeof(float)) == 0);
+      for (const int threads : {3, 8}) {
+        CAPTURE(threads);
+        cpu::paged_attention(by_head.data(), q.data(), {k_pool.data(), type}, {v_pool.data(), type}, table.data(), T,
+                             start, block_size, H, KVH, D, nullptr, weights_by_head.data(), threads);
+        CHECK(std::memcmp(grouped.data(), by_head.data(), grouped.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(weights_grouped.data(), weights_by_head.data(), weights_grouped.size() * sizeof(float)) == 0);
+      }
       // and both are attention: against the reference on the rows as the pool holds them
       std::vector<float> k_back(k.size()), v_back(v.size());
       for (int64_t p = 0; p < P; ++p) {
