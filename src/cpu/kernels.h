@@ -142,6 +142,12 @@ struct PrefillOutput {
   const float* bias;  // [count] or nullptr
 };
 
+// From how many query heads per kv head a model's attention scores put the heads in a vector's
+// lanes (8 of them): ops.cpp's attention_core then takes attention_scores_heads (else
+// attention_scores, one head at a time, whose lanes hold a row's values). Below it the lanes would
+// stand half empty and the one-head kernel is as fast.
+inline constexpr int kHeadLanesFrom = 4;
+
 struct KernelTable {
   // Unpack n weights (whole blocks) of one row of a block type: q [n] raw unsigned quants,
   // s and o [n / 16] (see above).
@@ -242,15 +248,20 @@ struct KernelTable {
   // table.
   void (*quantize_q8_k)(const float* x, int64_t n, int8_t* q, float* dx, int32_t* gsum, float* xs);
   // Attention for one query over `count` positions whose K or V rows (D values each, of the KV
-  // pool's type: f32, f16, bf16 or q8_0, read where they lie) are at rows[p], for `heads` query
-  // heads sharing the rows: scores[g * scores_stride + p] = scale * (q_g . rows[p]) with q_g = q + g
-  // * q_stride; out[d] = sum_p weights[p] * rows[p][d] (the heads' weights and outs weights_stride /
-  // out_stride floats apart; `accumulate`: each lane's sum going on from out[d], so that rows split
-  // over calls add up exactly as in one). Each head's scores and sums are the ones it gets alone,
-  // bit for bit. Each value widened to f32 as quant::dequantize widens it (a signaling NaN aside:
-  // F16C quiets it). Every table has them (plain vector code at each width).
-  void (*attention_scores)(DType type, const float* q, int64_t q_stride, int heads, const void* const* rows,
-                           int64_t count, int64_t D, float scale, float* scores, int64_t scores_stride);
+  // pool's type: f32, f16, bf16 or q8_0, read where they lie) are at rows[p]: scores[p] = scale *
+  // (q . rows[p]), one head; attention_scores_heads the same for `heads` query heads sharing the
+  // rows, scores[g * scores_stride + p] with q_g = q + g * q_stride, each head's scores the ones it
+  // gets alone by that function, bit for bit — but not attention_scores' (each sums in its own
+  // order: ops.cpp takes one or the other by the model's query heads per kv head, kHeadLanesFrom);
+  // out[d] = sum_p weights[p] * rows[p][d] for `heads` query heads sharing the rows (their weights
+  // and outs weights_stride / out_stride floats apart; each head's sums as alone; `accumulate`:
+  // each lane's sum going on from out[d], so that rows split over calls add up exactly as in one).
+  // Each value widened to f32 as quant::dequantize widens it (a signaling NaN aside: F16C quiets
+  // it). Every table has them (plain vector code at each width).
+  void (*attention_scores)(DType type, const float* q, const void* const* rows, int64_t count, int64_t D,
+                           float scale, float* scores);
+  void (*attention_scores_heads)(DType type, const float* q, int64_t q_stride, int heads, const void* const* rows,
+                                 int64_t count, int64_t D, float scale, float* scores, int64_t scores_stride);
   void (*attention_mix)(DType type, const float* weights, int64_t weights_stride, const void* const* rows,
                         int64_t count, int64_t D, float* out, int64_t out_stride, int heads, bool accumulate);
   // x = softmax(x) over one row of n (-inf entries become exactly 0; not all of them -inf), and

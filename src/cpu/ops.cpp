@@ -45,17 +45,20 @@ using ConstVectorMap = Eigen::Map<const Eigen::VectorXf>;
 // into tables of row addresses [kv heads, P] shared by the H / KVH query heads of a kv head and by
 // every query.
 //
-// The query heads that share a kv head (H / KVH of them: 8 in TinyLlama-1.1B) are taken together:
-// the scores kernel reads each K row once for all of them (the heads in its vector lanes), and
-// the mix goes kAttentionChunk positions at a time, each chunk's V rows read from memory once and
-// from L1 for the group's other heads, where one head at a time read the kv head's whole K and V
-// again for each of them (a 1.1B decode step at 1,024 positions: ~1 MB per head from L2). Every
-// score and every context value is computed by the same operations in the same order however many
-// heads are taken — the scores kernel's chains are per head, the chunks start on multiples of the
-// kernels' lane count and the mix's sums go on from one chunk to the next
-// (KernelTable::attention_mix's `accumulate`) — so the results are the same bits either way; with
-// fewer (kv head, query) pairs than threads a group is split into parts that give every thread an
-// item (a decode step of a model with few kv heads on many threads), the same loop.
+// The query heads that share a kv head (H / KVH of them: 8 in TinyLlama-1.1B) are taken together.
+// Where there are kernels::kHeadLanesFrom or more, the scores kernel reads each K row once for all
+// of them (attention_scores_heads: the heads in its vector lanes); otherwise it takes one head at a
+// time, kAttentionChunk positions at a time, so that the chunk's K rows come from L1 for the other
+// heads. The mix goes kAttentionChunk positions at a time: each chunk's V rows are read from
+// memory once and from L1 for the group's other heads, where one head at a time read the kv head's
+// whole K and V again for each of them (a 1.1B decode step at 1,024 positions: ~1 MB per head from
+// L2). Every score and every context value is computed by the same operations in the same order
+// however many heads are taken — the scores kernel is chosen by the model's heads per kv head and
+// its sums are per head, the chunks start on multiples of the kernels' lane count and the mix's
+// sums go on from one chunk to the next (KernelTable::attention_mix's `accumulate`) — so the
+// results are the same bits either way; with fewer (kv head, query) pairs than threads a group is
+// split into the largest parts that give every thread an item (a decode step of a model with few
+// kv heads on many threads), the same loop.
 constexpr int64_t kAttentionChunk = 64;  // positions: a multiple of every kernel's lane count
 
 template <typename KeyRow, typename ValueRow>
@@ -87,6 +90,9 @@ void attention_core(float* context, const float* q, KeyRow key_row, DType k_type
     while (group % together != 0) --together;
   }
   const int64_t items = H / together;
+  // The scores kernel, by the model's heads per kv head (not by `together`, which depends on the
+  // threads): the two sum in different orders.
+  const bool heads_in_lanes = group >= kernels::kHeadLanesFrom;
 #pragma omp parallel num_threads(threads)
   {
 #pragma omp for collapse(2) schedule(static)
@@ -104,8 +110,15 @@ void attention_core(float* context, const float* q, KeyRow key_row, DType k_type
         const int64_t count = start + t + 1;               // positions attended
         const void* const* keys = key_rows.data() + n * P;
         const void* const* values = value_rows.data() + n * P;
-        // scores = q.k / sqrt(D), every head taken at once (each K row read once for all of them)
-        k.attention_scores(k_type, q + (t * H + h0) * D, D, int(together), keys, count, D, scale, rows.data(), P);
+        // scores = q.k / sqrt(D): every head taken at once (each K row read once for all of them),
+        // or a chunk of positions for every head taken
+        if (heads_in_lanes)
+          k.attention_scores_heads(k_type, q + (t * H + h0) * D, D, int(together), keys, count, D, scale, rows.data(), P);
+        else
+          for (int64_t c0 = 0; c0 < count; c0 += kAttentionChunk)
+            for (int64_t g = 0; g < together; ++g)
+              k.attention_scores(k_type, q + (t * H + h0 + g) * D, keys + c0, std::min(kAttentionChunk, count - c0), D,
+                                 scale, rows.data() + g * P + c0);
         for (int64_t g = 0; g < together; ++g) finish_row(rows.data() + g * P, h0 + g, t);
         // context = sum_p weights[p] * v[p], the chunks' sums added on in order
         for (int64_t c0 = 0; c0 < count; c0 += kAttentionChunk)

@@ -1372,16 +1372,21 @@ TEST_CASE("kernels: attention over an f16, bf16 or q8_0 KV cache read in place e
             f32_rows.push_back(widened.data() + p * D);
           }
           std::vector<float> scores(static_cast<size_t>(count)), want_scores(static_cast<size_t>(count));
-          k.attention_scores(type, q.data(), D, 1, typed_rows.data(), count, D, 0.125f, scores.data(), count);
-          k.attention_scores(DType::F32, q.data(), D, 1, f32_rows.data(), count, D, 0.125f, want_scores.data(), count);
+          k.attention_scores(type, q.data(), typed_rows.data(), count, D, 0.125f, scores.data());
+          k.attention_scores(DType::F32, q.data(), f32_rows.data(), count, D, 0.125f, want_scores.data());
           CHECK(std::memcmp(scores.data(), want_scores.data(), scores.size() * sizeof(float)) == 0);
-          // eleven heads at once (the kernel's 8 lanes, then 3), each with its own q: each head's scores alone
-          std::vector<float> eleven_q(size_t(11 * D)), eleven(size_t(11 * count)), alone_scores(static_cast<size_t>(count));
+          // attention_scores_heads: eleven heads at once (8 in the lanes, then 3), each with its own q:
+          // each head's scores alone, and the rows as stored give the widened rows' scores
+          std::vector<float> eleven_q(size_t(11 * D)), eleven(size_t(11 * count)), eleven_f32(eleven.size()),
+              alone_scores(static_cast<size_t>(count));
           for (size_t i = 0; i < eleven_q.size(); ++i) eleven_q[i] = float(std::cos(double(i) * 0.23) * (1 + i % 3));
-          k.attention_scores(type, eleven_q.data(), D, 11, typed_rows.data(), count, D, 0.125f, eleven.data(), count);
+          k.attention_scores_heads(type, eleven_q.data(), D, 11, typed_rows.data(), count, D, 0.125f, eleven.data(), count);
+          k.attention_scores_heads(DType::F32, eleven_q.data(), D, 11, f32_rows.data(), count, D, 0.125f,
+                                   eleven_f32.data(), count);
+          CHECK(std::memcmp(eleven.data(), eleven_f32.data(), eleven.size() * sizeof(float)) == 0);
           for (int64_t h = 0; h < 11; ++h) {
-            k.attention_scores(type, eleven_q.data() + h * D, D, 1, typed_rows.data(), count, D, 0.125f,
-                               alone_scores.data(), count);
+            k.attention_scores_heads(type, eleven_q.data() + h * D, D, 1, typed_rows.data(), count, D, 0.125f,
+                                     alone_scores.data(), count);
             CHECK(std::memcmp(eleven.data() + h * count, alone_scores.data(), alone_scores.size() * sizeof(float)) == 0);
           }
           for (const int64_t h : {int64_t(0), int64_t(7), int64_t(10)})  // each lane's head against a double loop
@@ -1401,14 +1406,24 @@ TEST_CASE("kernels: attention over an f16, bf16 or q8_0 KV cache read in place e
           k.attention_mix(type, weights.data() + split, count, typed_rows.data() + split, count - split, D, halves.data(), D, 1,
                           true);
           CHECK(std::memcmp(halves.data(), mix.data(), mix.size() * sizeof(float)) == 0);
-          // three heads at once (a pair, then one), each with its own weights: each head's values alone
-          std::vector<float> three_weights(size_t(3 * count)), three(size_t(3 * D)), alone(static_cast<size_t>(D));
-          for (size_t i = 0; i < three_weights.size(); ++i) three_weights[i] = 1.0f / float(2 + i % 11);
-          k.attention_mix(type, three_weights.data(), count, typed_rows.data(), count, D, three.data(), D, 3, false);
-          for (int64_t h = 0; h < 3; ++h) {
-            k.attention_mix(type, three_weights.data() + h * count, count, typed_rows.data(), count, D, alone.data(), D,
-                            1, false);
-            CHECK(std::memcmp(three.data() + h * D, alone.data(), alone.size() * sizeof(float)) == 0);
+          // three heads at once (a pair, then one) and eleven (five pairs and one), each with its own
+          // weights: each head's values alone, also with the rows split over two calls
+          for (const int heads : {3, 11}) {
+            CAPTURE(heads);
+            std::vector<float> many_weights(size_t(heads * count)), many(size_t(heads * D)), many_split(many.size()),
+                alone(static_cast<size_t>(D));
+            for (size_t i = 0; i < many_weights.size(); ++i) many_weights[i] = 1.0f / float(2 + i % 11);
+            k.attention_mix(type, many_weights.data(), count, typed_rows.data(), count, D, many.data(), D, heads, false);
+            k.attention_mix(type, many_weights.data(), count, typed_rows.data(), split, D, many_split.data(), D, heads,
+                            false);
+            k.attention_mix(type, many_weights.data() + split, count, typed_rows.data() + split, count - split, D,
+                            many_split.data(), D, heads, true);
+            CHECK(std::memcmp(many_split.data(), many.data(), many.size() * sizeof(float)) == 0);
+            for (int64_t h = 0; h < heads; ++h) {
+              k.attention_mix(type, many_weights.data() + h * count, count, typed_rows.data(), count, D, alone.data(), D,
+                              1, false);
+              CHECK(std::memcmp(many.data() + h * D, alone.data(), alone.size() * sizeof(float)) == 0);
+            }
           }
           // and the f32 kernels agree with a double-precision loop (so "equal" is not two wrongs)
           double s0 = 0;

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/kernels.h"
 #include "cpu/ops.h"
 #include "quant/dequantize.h"
 #include "quant/quantize.h"
@@ -149,11 +150,15 @@ TEST_CASE("kv cache: the query heads of a kv head taken together give the bits o
   // every thread an item, down to one head at a time (ops.cpp, attention_core): the same operations
   // in the same order, so the same bits.
   // 150 positions: two whole chunks of 64 and a partial one; D = 68 leaves a tail after the lanes.
-  // A shuffled block table, and every pool type.
-  const int64_t H = 8, KVH = 2, block_size = 16, start = 149, T = 1;
+  // A shuffled block table, and every pool type. Groups of 4 heads (the scores with the heads in
+  // the vector lanes, kernels::kHeadLanesFrom) and of 2 (one head at a time, a row in the lanes).
+  static_assert(cpu::kernels::kHeadLanesFrom == 4, "the groups below sit on either side of it");
+  const int64_t KVH = 2, block_size = 16, start = 149, T = 1;
+  for (const int64_t H : {int64_t(8), int64_t(4)})
   for (const int64_t D : {int64_t(64), int64_t(68)}) {
     for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
       if (type == DType::Q8_0 && D % 32 != 0) continue;
+      CAPTURE(H);
       CAPTURE(D);
       CAPTURE(dtype_name(type));
       const int64_t P = start + T, blocks = (P + block_size - 1) / block_size, slot = KVH * D;
@@ -167,8 +172,8 @@ TEST_CASE("kv cache: the query heads of a kv head taken together give the bits o
                           block_size, KVH, D);
       std::vector<float> grouped(size_t(T * H * D)), by_head(grouped.size()), weights_grouped(size_t(H * T * P)),
           weights_by_head(weights_grouped.size());
-      // 1 thread: KVH x T = 2 pairs >= 1, the groups of 4 heads whole; 3 threads: 2 < 3, halves of
-      // them (4 items); 8 threads: one head at a time
+      // 1 thread: KVH x T = 2 pairs >= 1, the groups whole; 3 threads: 2 < 3, halves of them (4 or 2
+      // items); 8 threads: one head at a time
       cpu::paged_attention(grouped.data(), q.data(), {k_pool.data(), type}, {v_pool.data(), type}, table.data(), T,
                            start, block_size, H, KVH, D, nullptr, weights_grouped.data(), 1);
       for (const int threads : {3, 8}) {
