@@ -260,8 +260,11 @@ struct KernelTable {
   // it). Every table has them (plain vector code at each width).
   void (*attention_scores)(DType type, const float* q, const void* const* rows, int64_t count, int64_t D,
                            float scale, float* scores);
+  // attention_scores_heads asks for its rows ahead of use, and for fetch_too's (the V rows the mix
+  // reads next, of the same type; or nullptr) beside them.
   void (*attention_scores_heads)(DType type, const float* q, int64_t q_stride, int heads, const void* const* rows,
-                                 int64_t count, int64_t D, float scale, float* scores, int64_t scores_stride);
+                                 int64_t count, int64_t D, float scale, float* scores, int64_t scores_stride,
+                                 const void* const* fetch_too);
   void (*attention_mix)(DType type, const float* weights, int64_t weights_stride, const void* const* rows,
                         int64_t count, int64_t D, float* out, int64_t out_stride, int heads, bool accumulate);
   // x = softmax(x) over one row of n (-inf entries become exactly 0; not all of them -inf), and

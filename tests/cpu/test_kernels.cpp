@@ -1380,13 +1380,14 @@ TEST_CASE("kernels: attention over an f16, bf16 or q8_0 KV cache read in place e
           std::vector<float> eleven_q(size_t(11 * D)), eleven(size_t(11 * count)), eleven_f32(eleven.size()),
               alone_scores(static_cast<size_t>(count));
           for (size_t i = 0; i < eleven_q.size(); ++i) eleven_q[i] = float(std::cos(double(i) * 0.23) * (1 + i % 3));
-          k.attention_scores_heads(type, eleven_q.data(), D, 11, typed_rows.data(), count, D, 0.125f, eleven.data(), count);
+          k.attention_scores_heads(type, eleven_q.data(), D, 11, typed_rows.data(), count, D, 0.125f, eleven.data(), count,
+                                   typed_rows.data());
           k.attention_scores_heads(DType::F32, eleven_q.data(), D, 11, f32_rows.data(), count, D, 0.125f,
-                                   eleven_f32.data(), count);
+                                   eleven_f32.data(), count, nullptr);
           CHECK(std::memcmp(eleven.data(), eleven_f32.data(), eleven.size() * sizeof(float)) == 0);
           for (int64_t h = 0; h < 11; ++h) {
             k.attention_scores_heads(type, eleven_q.data() + h * D, D, 1, typed_rows.data(), count, D, 0.125f,
-                                     alone_scores.data(), count);
+                                     alone_scores.data(), count, nullptr);
             CHECK(std::memcmp(eleven.data() + h * count, alone_scores.data(), alone_scores.size() * sizeof(float)) == 0);
           }
           for (const int64_t h : {int64_t(0), int64_t(7), int64_t(10)})  // each lane's head against a double loop
