@@ -260,8 +260,9 @@ struct KernelTable {
   // it). Every table has them (plain vector code at each width).
   void (*attention_scores)(DType type, const float* q, const void* const* rows, int64_t count, int64_t D,
                            float scale, float* scores);
-  // attention_scores_heads asks for its rows ahead of use, and for fetch_too's (the V rows the mix
-  // reads next, of the same type; or nullptr) beside them.
+  // attention_scores_heads with fetch_too (the V rows the mix reads next, of the same type) asks
+  // for both rows ahead of use, for rows in memory rather than cache (a decode step); with nullptr
+  // for nothing.
   void (*attention_scores_heads)(DType type, const float* q, int64_t q_stride, int heads, const void* const* rows,
                                  int64_t count, int64_t D, float scale, float* scores, int64_t scores_stride,
                                  const void* const* fetch_too);

@@ -114,7 +114,7 @@ void attention_core(float* context, const float* q, KeyRow key_row, DType k_type
         // or a chunk of positions for every head taken
         if (heads_in_lanes)
           k.attention_scores_heads(k_type, q + (t * H + h0) * D, D, int(together), keys, count, D, scale, rows.data(), P,
-                                   v_type == k_type ? values : nullptr);
+                                   T == 1 && v_type == k_type ? values : nullptr);  // (a decode step's rows: in memory)
         else
           for (int64_t c0 = 0; c0 < count; c0 += kAttentionChunk)
             for (int64_t g = 0; g < together; ++g)
