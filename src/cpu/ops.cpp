@@ -93,6 +93,7 @@ void attention_core(float* context, const float* q, KeyRow key_row, DType k_type
   // The scores kernel, by the model's heads per kv head (not by `together`, which depends on the
   // threads): the two sum in different orders.
   const bool heads_in_lanes = group >= kernels::kHeadLanesFrom;
+  const int64_t k_row_bytes = dtype_bytes_for(k_type, D), v_row_bytes = dtype_bytes_for(v_type, D);
 #pragma omp parallel num_threads(threads)
   {
 #pragma omp for collapse(2) schedule(static)
@@ -116,10 +117,19 @@ void attention_core(float* context, const float* q, KeyRow key_row, DType k_type
           k.attention_scores_heads(k_type, q + (t * H + h0) * D, D, int(together), keys, count, D, scale, rows.data(), P,
                                    T == 1 && v_type == k_type ? values : nullptr);  // (a decode step's rows: in memory)
         else
-          for (int64_t c0 = 0; c0 < count; c0 += kAttentionChunk)
+          for (int64_t c0 = 0; c0 < count; c0 += kAttentionChunk) {
+            // A decode step's rows are in memory: the next chunk's, K and V, asked for into L2 (as
+            // attention_scores_heads does; H 9, KVH 3, 1,056 positions, 44 layers' pools in turn,
+            // two threads: 131-133 -> 108-111 us a layer; with the rows in cache, one thread, 59 -> 65)
+            if (T == 1)
+              for (int64_t p = c0 + kAttentionChunk; p < std::min(count, c0 + 2 * kAttentionChunk); ++p) {
+                for (int64_t line = 0; line < k_row_bytes; line += 64) __builtin_prefetch(static_cast<const char*>(keys[p]) + line, 0, 2);
+                for (int64_t line = 0; line < v_row_bytes; line += 64) __builtin_prefetch(static_cast<const char*>(values[p]) + line, 0, 2);
+              }
             for (int64_t g = 0; g < together; ++g)
               k.attention_scores(k_type, q + (t * H + h0 + g) * D, keys + c0, std::min(kAttentionChunk, count - c0), D,
                                  scale, rows.data() + g * P + c0);
+          }
         for (int64_t g = 0; g < together; ++g) finish_row(rows.data() + g * P, h0 + g, t);
         // context = sum_p weights[p] * v[p], the chunks' sums added on in order
         for (int64_t c0 = 0; c0 < count; c0 += kAttentionChunk)
