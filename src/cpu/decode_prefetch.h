@@ -50,6 +50,13 @@ constexpr int64_t kTwoLevelFar = 32768;    // two-level: toward L3
   for (int64_t line = 0; line < bytes; line += 64) __builtin_prefetch(ahead + line, 0, 3);
 }
 
+// All the lines of `bytes` at `at` asked for into L2 at once: a row that lies apart from the ones
+// before it (attention's K and V rows in a decode step: a kv head's row is one part of a slot of the
+// paged pool), where a stream's distance ahead has nothing to follow.
+[[gnu::always_inline]] inline void fetch_into_l2(const void* at, int64_t bytes) {
+  for (int64_t line = 0; line < bytes; line += 64) __builtin_prefetch(static_cast<const char*>(at) + line, 0, 2);
+}
+
 // One step of a decode stream that reads `bytes` from `at` (whole cache lines of it): asks for the
 // lines the stream will read further on, as kDecodePrefetch says. kGroups: a row-group stream.
 template <bool kGroups = false>

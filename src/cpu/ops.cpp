@@ -123,10 +123,8 @@ void attention_core(float* context, const float* q, KeyRow key_row, DType k_type
             // two threads: 131-133 -> 108-111 us a layer; with the rows in cache, one thread, 59 -> 65)
             if (T == 1)
               for (int64_t p = c0 + kAttentionChunk; p < std::min(count, c0 + 2 * kAttentionChunk); ++p) {
-                const auto* key = static_cast<const char*>(keys[p]);
-                const auto* value = static_cast<const char*>(values[p]);
-                for (int64_t line = 0; line < k_row_bytes; line += 64) __builtin_prefetch(key + line, 0, 2);
-                for (int64_t line = 0; line < v_row_bytes; line += 64) __builtin_prefetch(value + line, 0, 2);
+                kernels::fetch_into_l2(keys[p], k_row_bytes);
+                kernels::fetch_into_l2(values[p], v_row_bytes);
               }
             for (int64_t g = 0; g < together; ++g)
               k.attention_scores(k_type, q + (t * H + h0 + g) * D, keys + c0, std::min(kAttentionChunk, count - c0), D,
