@@ -250,8 +250,9 @@ struct KernelTable {
   // Attention for one query over `count` positions whose K or V rows (D values each, of the KV
   // pool's type: f32, f16, bf16 or q8_0, read where they lie) are at rows[p]: scores[p] = scale *
   // (q . rows[p]), one head; attention_scores_heads the same for `heads` query heads sharing the
-  // rows, scores[g * scores_stride + p] with q_g = q + g * q_stride, each head's scores the ones it
-  // gets alone by that function, bit for bit — but not attention_scores' (each sums in its own
+  // rows (a kv head's group, or a prefill's tile of queries times it), scores[g * scores_stride +
+  // p] with q_g = q + g * q_stride, each head's scores the ones it gets alone by that function, bit
+  // for bit — but not attention_scores' (each sums in its own
   // order: ops.cpp takes one or the other by the model's query heads per kv head, kHeadLanesFrom);
   // out[d] = sum_p weights[p] * rows[p][d] for `heads` query heads sharing the rows (their weights
   // and outs weights_stride / out_stride floats apart; each head's sums as alone; `accumulate`:

@@ -1375,27 +1375,32 @@ TEST_CASE("kernels: attention over an f16, bf16 or q8_0 KV cache read in place e
           k.attention_scores(type, q.data(), typed_rows.data(), count, D, 0.125f, scores.data());
           k.attention_scores(DType::F32, q.data(), f32_rows.data(), count, D, 0.125f, want_scores.data());
           CHECK(std::memcmp(scores.data(), want_scores.data(), scores.size() * sizeof(float)) == 0);
-          // attention_scores_heads: eleven heads at once (8 in the lanes, then 3), each with its own q:
-          // each head's scores alone, and the rows as stored give the widened rows' scores
-          std::vector<float> eleven_q(size_t(11 * D)), eleven(size_t(11 * count)), eleven_f32(eleven.size()),
-              alone_scores(static_cast<size_t>(count));
-          for (size_t i = 0; i < eleven_q.size(); ++i) eleven_q[i] = float(std::cos(double(i) * 0.23) * (1 + i % 3));
-          k.attention_scores_heads(type, eleven_q.data(), D, 11, typed_rows.data(), count, D, 0.125f, eleven.data(), count,
-                                   typed_rows.data());
-          k.attention_scores_heads(DType::F32, eleven_q.data(), D, 11, f32_rows.data(), count, D, 0.125f,
-                                   eleven_f32.data(), count, nullptr);
-          CHECK(std::memcmp(eleven.data(), eleven_f32.data(), eleven.size() * sizeof(float)) == 0);
-          for (int64_t h = 0; h < 11; ++h) {
-            k.attention_scores_heads(type, eleven_q.data() + h * D, D, 1, typed_rows.data(), count, D, 0.125f,
-                                     alone_scores.data(), count, nullptr);
-            CHECK(std::memcmp(eleven.data() + h * count, alone_scores.data(), alone_scores.size() * sizeof(float)) == 0);
-          }
-          for (const int64_t h : {int64_t(0), int64_t(7), int64_t(10)})  // each lane's head against a double loop
-            for (int64_t i = 0; i < count; ++i) {
-              double want = 0;  // typed_rows[i] is row count - 1 - i
-              for (int64_t d = 0; d < D; ++d) want += double(eleven_q[size_t(h * D + d)]) * widened[size_t((count - 1 - i) * D + d)];
-              CHECK(std::abs(eleven[size_t(h * count + i)] - 0.125 * want) <= 1e-5 * (1 + std::abs(0.125 * want)));
+          // attention_scores_heads: eleven heads at once (8 in the lanes, then 3: two blocks of lanes,
+          // as a prefill's tile of queries gives them) and 35 (four blocks, then one of 3), each with
+          // its own q: each head's scores alone (one block, a decode step's kernel), and the rows as
+          // stored give the widened rows' scores
+          for (const int many_heads : {11, 35}) {
+            CAPTURE(many_heads);
+            std::vector<float> many_q(size_t(many_heads * D)), many(size_t(many_heads * count)), many_f32(many.size()),
+                alone_scores(static_cast<size_t>(count));
+            for (size_t i = 0; i < many_q.size(); ++i) many_q[i] = float(std::cos(double(i) * 0.23) * (1 + i % 3));
+            k.attention_scores_heads(type, many_q.data(), D, many_heads, typed_rows.data(), count, D, 0.125f, many.data(),
+                                     count, typed_rows.data());
+            k.attention_scores_heads(DType::F32, many_q.data(), D, many_heads, f32_rows.data(), count, D, 0.125f,
+                                     many_f32.data(), count, nullptr);
+            CHECK(std::memcmp(many.data(), many_f32.data(), many.size() * sizeof(float)) == 0);
+            for (int64_t h = 0; h < many_heads; ++h) {
+              k.attention_scores_heads(type, many_q.data() + h * D, D, 1, typed_rows.data(), count, D, 0.125f,
+                                       alone_scores.data(), count, nullptr);
+              CHECK(std::memcmp(many.data() + h * count, alone_scores.data(), alone_scores.size() * sizeof(float)) == 0);
             }
+            for (const int64_t h : {int64_t(0), int64_t(7), int64_t(10), int64_t(many_heads - 1)})  // against a double loop
+              for (int64_t i = 0; i < count; ++i) {
+                double want = 0;  // typed_rows[i] is row count - 1 - i
+                for (int64_t d = 0; d < D; ++d) want += double(many_q[size_t(h * D + d)]) * widened[size_t((count - 1 - i) * D + d)];
+                CHECK(std::abs(many[size_t(h * count + i)] - 0.125 * want) <= 1e-5 * (1 + std::abs(0.125 * want)));
+              }
+          }
           std::vector<float> mix(static_cast<size_t>(D)), want_mix(static_cast<size_t>(D));
           k.attention_mix(type, weights.data(), count, typed_rows.data(), count, D, mix.data(), D, 1, false);
           k.attention_mix(DType::F32, weights.data(), count, f32_rows.data(), count, D, want_mix.data(), D, 1, false);

@@ -204,3 +204,54 @@ TEST_CASE("kv cache: the query heads of a kv head taken together give the bits o
     }
   }
 }
+
+TEST_CASE("kv cache: a prefill's queries taken in tiles give the bits of each query alone") {
+  // A prefill takes its queries kQueryTile at a time where the heads are in the vector lanes
+  // (ops.cpp, attention_core): the scores kernel gets every (query, head) row of the tile at once,
+  // blocks of 8 lanes sharing each K value, and a query's scores past its own last position are
+  // computed and masked. Each score and each context value is still the same chain of FMAs, so a
+  // query gives the bits it gives alone (a decode step at its position), on any number of threads
+  // (fewer queries per tile where a thread would have nothing). 11 queries after 139 positions:
+  // two whole tiles and one of 3; groups of 4 and 8 heads; D = 68 leaves a tail after the lanes.
+  const int64_t KVH = 2, block_size = 16, start = 139, T = 11;
+  for (const int64_t H : {int64_t(8), int64_t(16)})
+  for (const int64_t D : {int64_t(64), int64_t(68)}) {
+    for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
+      if (type == DType::Q8_0 && D % 32 != 0) continue;
+      CAPTURE(H);
+      CAPTURE(D);
+      CAPTURE(dtype_name(type));
+      const int64_t P = start + T, blocks = (P + block_size - 1) / block_size, slot = KVH * D;
+      std::vector<int32_t> table(static_cast<size_t>(blocks));
+      for (int64_t b = 0; b < blocks; ++b) table[size_t(b)] = int32_t((b * 3) % blocks);  // 3 and 10 coprime
+      std::vector<float> k(size_t(P * slot)), v(k.size()), q(size_t(T * H * D));
+      for (size_t i = 0; i < k.size(); ++i) k[i] = float(std::sin(double(i) * 0.017)), v[i] = float(std::cos(double(i) * 0.031));
+      for (size_t i = 0; i < q.size(); ++i) q[i] = float(std::sin(double(i) * 0.3));
+      std::vector<std::byte> k_pool(size_t(dtype_bytes_for(type, blocks * block_size * slot))), v_pool(k_pool.size());
+      cpu::kv_cache_write({k_pool.data(), type}, {v_pool.data(), type}, k.data(), v.data(), table.data(), P, 0,
+                          block_size, KVH, D);
+      // each query alone: a decode step at its position
+      std::vector<float> alone(size_t(T * H * D));
+      std::vector<std::vector<float>> alone_weights(static_cast<size_t>(T));  // [T][H, start + t + 1]
+      for (int64_t t = 0; t < T; ++t) {
+        alone_weights[size_t(t)].resize(size_t(H * (start + t + 1)));
+        cpu::paged_attention(alone.data() + t * H * D, q.data() + t * H * D, {k_pool.data(), type},
+                             {v_pool.data(), type}, table.data(), 1, start + t, block_size, H, KVH, D, nullptr,
+                             alone_weights[size_t(t)].data(), 1);
+      }
+      for (const int threads : {1, 2, 3, 8}) {
+        CAPTURE(threads);
+        std::vector<float> tiled(alone.size()), weights(size_t(H * T * P));  // [T, H * D], [H, T, P]
+        cpu::paged_attention(tiled.data(), q.data(), {k_pool.data(), type}, {v_pool.data(), type}, table.data(), T,
+                             start, block_size, H, KVH, D, nullptr, weights.data(), threads);
+        CHECK(std::memcmp(tiled.data(), alone.data(), tiled.size() * sizeof(float)) == 0);
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t h = 0; h < H; ++h) {
+            const int64_t attended = start + t + 1;
+            CHECK(std::memcmp(weights.data() + (h * T + t) * P, alone_weights[size_t(t)].data() + h * attended,
+                              size_t(attended) * sizeof(float)) == 0);
+          }
+      }
+    }
+  }
+}
