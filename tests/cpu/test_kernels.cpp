@@ -1412,7 +1412,8 @@ TEST_CASE("kernels: attention over an f16, bf16 or q8_0 KV cache read in place e
           k.attention_mix(type, weights.data() + split, count, typed_rows.data() + split, count - split, D, halves.data(), D, 1,
                           true);
           CHECK(std::memcmp(halves.data(), mix.data(), mix.size() * sizeof(float)) == 0);
-          // three heads at once (a pair, then one) and eleven (five pairs and one), each with its own
+          // three heads at once (a pair, then one) and eleven (two fours, a pair and one on AVX-512; five
+          // pairs and one elsewhere), each with its own
           // weights: each head's values alone, also with the rows split over two calls
           for (const int heads : {3, 11}) {
             CAPTURE(heads);
