@@ -75,14 +75,20 @@ void attention_core(float* context, const float* q, KeyRow key_row, DType k_type
   const kernels::KernelTable& k = kernels::table(kernels::best_isa());  // the dot products at the CPU's width
   std::vector<const void*> key_rows(size_t(KVH * P)), value_rows(size_t(KVH * P));  // [KVH, P]
   // scores -> weights of query t and head h (its own positions [0, start + t]; the rest masked)
+  // (the masked positions are written only for the trace's copies: the mix reads [0, last]; a
+  // prefill's rows are half masked on average)
   auto finish_row = [&](float* row, int64_t h, int64_t t) {
     const int64_t last = start + t;  // causal: attend positions [0, last]
-    for (int64_t p = last + 1; p < P; ++p) row[p] = neg_inf;
-    if (scores_out) std::memcpy(scores_out + (h * T + t) * P, row, sizeof(float) * P);
+    if (scores_out) {
+      for (int64_t p = last + 1; p < P; ++p) row[p] = neg_inf;
+      std::memcpy(scores_out + (h * T + t) * P, row, sizeof(float) * P);
+    }
     // weights = softmax(scores) over the positions attended; the masked ones are exactly 0
     k.softmax_row(row, last + 1);
-    for (int64_t p = last + 1; p < P; ++p) row[p] = 0.0f;
-    if (weights_out) std::memcpy(weights_out + (h * T + t) * P, row, sizeof(float) * P);
+    if (weights_out) {
+      for (int64_t p = last + 1; p < P; ++p) row[p] = 0.0f;
+      std::memcpy(weights_out + (h * T + t) * P, row, sizeof(float) * P);
+    }
   };
   // The scores kernel, by the model's heads per kv head (not by `together`, which depends on the
   // threads): the two sum in different orders.
