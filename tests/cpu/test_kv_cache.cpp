@@ -53,6 +53,44 @@ std::vector<float> run(Backend& backend, const std::vector<int32_t>& prompt, int
   return logits;
 }
 
+// A pool of P positions (blocks of block_size in a shuffled table) holding K and V rows of KVH
+// heads of D smooth values, stored as `type`, and T queries of H heads: what the attention tests
+// below read.
+struct FilledPool {
+  std::vector<int32_t> table;          // [blocks]
+  std::vector<float> k, v, q;          // [P, KVH, D] x2 as written, [T, H, D]
+  std::vector<std::byte> k_pool, v_pool;  // [blocks, block_size, KVH, D] as `type`
+};
+FilledPool filled_pool(DType type, int64_t P, int64_t T, int64_t H, int64_t KVH, int64_t D, int64_t block_size) {
+  const int64_t blocks = (P + block_size - 1) / block_size, slot = KVH * D;
+  FilledPool f;
+  f.table.resize(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) f.table[size_t(b)] = int32_t((b * 7) % blocks);  // a permutation: 7 is coprime to 10
+  f.k.resize(size_t(P * slot)), f.v.resize(f.k.size()), f.q.resize(size_t(T * H * D));
+  for (size_t i = 0; i < f.k.size(); ++i) f.k[i] = float(std::sin(double(i) * 0.013)), f.v[i] = float(std::cos(double(i) * 0.029));
+  for (size_t i = 0; i < f.q.size(); ++i) f.q[i] = float(std::sin(double(i) * 0.7));
+  f.k_pool.resize(size_t(dtype_bytes_for(type, blocks * block_size * slot))), f.v_pool.resize(f.k_pool.size());
+  cpu::kv_cache_write({f.k_pool.data(), type}, {f.v_pool.data(), type}, f.k.data(), f.v.data(), f.table.data(), P, 0,
+                      block_size, KVH, D);
+  return f;
+}
+
+// fn(H, D, type, pool) for each query head count in `heads`, D 64 and 68 (a tail after the vector
+// lanes) and every pool type (q8_0 only where its blocks divide D).
+template <typename Fn>
+void for_each_pool(std::initializer_list<int64_t> heads, int64_t P, int64_t T, int64_t KVH, int64_t block_size, Fn fn) {
+  for (const int64_t H : heads)
+    for (const int64_t D : {int64_t(64), int64_t(68)})
+      for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
+        if (type == DType::Q8_0 && D % 32 != 0) continue;
+        CAPTURE(H);
+        CAPTURE(D);
+        CAPTURE(dtype_name(type));
+        FilledPool pool = filled_pool(type, P, T, H, KVH, D, block_size);
+        fn(H, D, type, pool);
+      }
+}
+
 }  // namespace
 
 TEST_CASE("kv cache: a reduced-precision pool holds the rounded rows, and attention over it is the reference's") {
@@ -153,56 +191,47 @@ TEST_CASE("kv cache: the query heads of a kv head taken together give the bits o
   // A shuffled block table, and every pool type. Groups of 4 heads (the scores with the heads in
   // the vector lanes, kernels::kHeadLanesFrom) and of 2 (one head at a time, a row in the lanes).
   static_assert(cpu::kernels::kHeadLanesFrom == 4, "the groups below sit on either side of it");
-  const int64_t KVH = 2, block_size = 16, start = 149, T = 1;
-  for (const int64_t H : {int64_t(8), int64_t(4)})
-  for (const int64_t D : {int64_t(64), int64_t(68)}) {
-    for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
-      if (type == DType::Q8_0 && D % 32 != 0) continue;
-      CAPTURE(H);
-      CAPTURE(D);
-      CAPTURE(dtype_name(type));
-      const int64_t P = start + T, blocks = (P + block_size - 1) / block_size, slot = KVH * D;
-      std::vector<int32_t> table(static_cast<size_t>(blocks));
-      for (int64_t b = 0; b < blocks; ++b) table[size_t(b)] = int32_t((b * 7) % blocks);  // 7 and 10 coprime
-      std::vector<float> k(size_t(P * slot)), v(k.size()), q(size_t(T * H * D));
-      for (size_t i = 0; i < k.size(); ++i) k[i] = float(std::sin(double(i) * 0.013)), v[i] = float(std::cos(double(i) * 0.029));
-      for (size_t i = 0; i < q.size(); ++i) q[i] = float(std::sin(double(i) * 0.7));
-      std::vector<std::byte> k_pool(size_t(dtype_bytes_for(type, blocks * block_size * slot))), v_pool(k_pool.size());
-      cpu::kv_cache_write({k_pool.data(), type}, {v_pool.data(), type}, k.data(), v.data(), table.data(), P, 0,
-                          block_size, KVH, D);
-      std::vector<float> grouped(size_t(T * H * D)), by_head(grouped.size()), weights_grouped(size_t(H * T * P)),
-          weights_by_head(weights_grouped.size());
-      // 1 thread: KVH x T = 2 pairs >= 1, the groups whole; 3 threads: 2 < 3, halves of them (4 or 2
-      // items); 8 threads: one head at a time
-      cpu::paged_attention(grouped.data(), q.data(), {k_pool.data(), type}, {v_pool.data(), type}, table.data(), T,
-                           start, block_size, H, KVH, D, nullptr, weights_grouped.data(), 1);
-      for (const int threads : {3, 8}) {
-        CAPTURE(threads);
-        cpu::paged_attention(by_head.data(), q.data(), {k_pool.data(), type}, {v_pool.data(), type}, table.data(), T,
-                             start, block_size, H, KVH, D, nullptr, weights_by_head.data(), threads);
-        CHECK(std::memcmp(grouped.data(), by_head.data(), grouped.size() * sizeof(float)) == 0);
-        CHECK(std::memcmp(weights_grouped.data(), weights_by_head.data(), weights_grouped.size() * sizeof(float)) == 0);
-      }
-      // and both are attention: against the reference on the rows as the pool holds them
-      std::vector<float> k_back(k.size()), v_back(v.size());
-      for (int64_t p = 0; p < P; ++p) {
-        auto back = [&](const float* row, float* out) {
-          std::vector<std::byte> stored(size_t(dtype_bytes_for(type, slot)));
-          if (type == DType::F32) return (void)std::memcpy(out, row, sizeof(float) * size_t(slot));
-          quant::quantize(type, row, stored.data(), slot);
-          quant::dequantize(type, stored.data(), out, slot);
-        };
-        back(k.data() + p * slot, k_back.data() + p * slot);
-        back(v.data() + p * slot, v_back.data() + p * slot);
-      }
-      std::vector<float> k_ref(size_t(blocks * block_size * slot)), v_ref(k_ref.size()), want(grouped.size());
-      reference::kv_cache_write(k_ref.data(), v_ref.data(), k_back.data(), v_back.data(), table.data(), P, 0, block_size,
-                                KVH, D);
-      reference::paged_attention(want.data(), q.data(), k_ref.data(), v_ref.data(), table.data(), T, start, block_size,
-                                 H, KVH, D, nullptr, nullptr);
-      CHECK(scalar::nmse(grouped, want) < 1e-10);
+  const int64_t KVH = 2, block_size = 16, start = 149, T = 1, P = start + T;
+  for_each_pool({8, 4}, P, T, KVH, block_size, [&](int64_t H, int64_t D, DType type, FilledPool& pool) {
+    const int64_t blocks = (P + block_size - 1) / block_size, slot = KVH * D;
+    const std::vector<int32_t>& table = pool.table;
+    const std::vector<float>& k = pool.k;
+    const std::vector<float>& v = pool.v;
+    const std::vector<float>& q = pool.q;
+    std::vector<std::byte>& k_pool = pool.k_pool;
+    std::vector<std::byte>& v_pool = pool.v_pool;
+    std::vector<float> grouped(size_t(T * H * D)), by_head(grouped.size()), weights_grouped(size_t(H * T * P)),
+        weights_by_head(weights_grouped.size());
+    // 1 thread: KVH x T = 2 pairs >= 1, the groups whole; 3 threads: 2 < 3, halves of them (4 or 2
+    // items); 8 threads: one head at a time
+    cpu::paged_attention(grouped.data(), q.data(), {k_pool.data(), type}, {v_pool.data(), type}, table.data(), T,
+                         start, block_size, H, KVH, D, nullptr, weights_grouped.data(), 1);
+    for (const int threads : {3, 8}) {
+      CAPTURE(threads);
+      cpu::paged_attention(by_head.data(), q.data(), {k_pool.data(), type}, {v_pool.data(), type}, table.data(), T,
+                           start, block_size, H, KVH, D, nullptr, weights_by_head.data(), threads);
+      CHECK(std::memcmp(grouped.data(), by_head.data(), grouped.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(weights_grouped.data(), weights_by_head.data(), weights_grouped.size() * sizeof(float)) == 0);
     }
-  }
+    // and both are attention: against the reference on the rows as the pool holds them
+    std::vector<float> k_back(k.size()), v_back(v.size());
+    for (int64_t p = 0; p < P; ++p) {
+      auto back = [&](const float* row, float* out) {
+        std::vector<std::byte> stored(size_t(dtype_bytes_for(type, slot)));
+        if (type == DType::F32) return (void)std::memcpy(out, row, sizeof(float) * size_t(slot));
+        quant::quantize(type, row, stored.data(), slot);
+        quant::dequantize(type, stored.data(), out, slot);
+      };
+      back(k.data() + p * slot, k_back.data() + p * slot);
+      back(v.data() + p * slot, v_back.data() + p * slot);
+    }
+    std::vector<float> k_ref(size_t(blocks * block_size * slot)), v_ref(k_ref.size()), want(grouped.size());
+    reference::kv_cache_write(k_ref.data(), v_ref.data(), k_back.data(), v_back.data(), table.data(), P, 0, block_size,
+                              KVH, D);
+    reference::paged_attention(want.data(), q.data(), k_ref.data(), v_ref.data(), table.data(), T, start, block_size,
+                               H, KVH, D, nullptr, nullptr);
+    CHECK(scalar::nmse(grouped, want) < 1e-10);
+  });
 }
 
 TEST_CASE("kv cache: a prefill's queries taken in tiles give the bits of each query alone") {
@@ -213,45 +242,33 @@ TEST_CASE("kv cache: a prefill's queries taken in tiles give the bits of each qu
   // query gives the bits it gives alone (a decode step at its position), on any number of threads
   // (fewer queries per tile where a thread would have nothing). 11 queries after 139 positions:
   // two whole tiles and one of 3; groups of 4 and 8 heads; D = 68 leaves a tail after the lanes.
-  const int64_t KVH = 2, block_size = 16, start = 139, T = 11;
-  for (const int64_t H : {int64_t(8), int64_t(16)})
-  for (const int64_t D : {int64_t(64), int64_t(68)}) {
-    for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
-      if (type == DType::Q8_0 && D % 32 != 0) continue;
-      CAPTURE(H);
-      CAPTURE(D);
-      CAPTURE(dtype_name(type));
-      const int64_t P = start + T, blocks = (P + block_size - 1) / block_size, slot = KVH * D;
-      std::vector<int32_t> table(static_cast<size_t>(blocks));
-      for (int64_t b = 0; b < blocks; ++b) table[size_t(b)] = int32_t((b * 3) % blocks);  // 3 and 10 coprime
-      std::vector<float> k(size_t(P * slot)), v(k.size()), q(size_t(T * H * D));
-      for (size_t i = 0; i < k.size(); ++i) k[i] = float(std::sin(double(i) * 0.017)), v[i] = float(std::cos(double(i) * 0.031));
-      for (size_t i = 0; i < q.size(); ++i) q[i] = float(std::sin(double(i) * 0.3));
-      std::vector<std::byte> k_pool(size_t(dtype_bytes_for(type, blocks * block_size * slot))), v_pool(k_pool.size());
-      cpu::kv_cache_write({k_pool.data(), type}, {v_pool.data(), type}, k.data(), v.data(), table.data(), P, 0,
-                          block_size, KVH, D);
-      // each query alone: a decode step at its position
-      std::vector<float> alone(size_t(T * H * D));
-      std::vector<std::vector<float>> alone_weights(static_cast<size_t>(T));  // [T][H, start + t + 1]
-      for (int64_t t = 0; t < T; ++t) {
-        alone_weights[size_t(t)].resize(size_t(H * (start + t + 1)));
-        cpu::paged_attention(alone.data() + t * H * D, q.data() + t * H * D, {k_pool.data(), type},
-                             {v_pool.data(), type}, table.data(), 1, start + t, block_size, H, KVH, D, nullptr,
-                             alone_weights[size_t(t)].data(), 1);
-      }
-      for (const int threads : {1, 2, 3, 8}) {
-        CAPTURE(threads);
-        std::vector<float> tiled(alone.size()), weights(size_t(H * T * P));  // [T, H * D], [H, T, P]
-        cpu::paged_attention(tiled.data(), q.data(), {k_pool.data(), type}, {v_pool.data(), type}, table.data(), T,
-                             start, block_size, H, KVH, D, nullptr, weights.data(), threads);
-        CHECK(std::memcmp(tiled.data(), alone.data(), tiled.size() * sizeof(float)) == 0);
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t h = 0; h < H; ++h) {
-            const int64_t attended = start + t + 1;
-            CHECK(std::memcmp(weights.data() + (h * T + t) * P, alone_weights[size_t(t)].data() + h * attended,
-                              size_t(attended) * sizeof(float)) == 0);
-          }
-      }
+  const int64_t KVH = 2, block_size = 16, start = 139, T = 11, P = start + T;
+  for_each_pool({8, 16}, P, T, KVH, block_size, [&](int64_t H, int64_t D, DType type, FilledPool& pool) {
+    const std::vector<int32_t>& table = pool.table;
+    const std::vector<float>& q = pool.q;
+    std::vector<std::byte>& k_pool = pool.k_pool;
+    std::vector<std::byte>& v_pool = pool.v_pool;
+    // each query alone: a decode step at its position
+    std::vector<float> alone(size_t(T * H * D));
+    std::vector<std::vector<float>> alone_weights(static_cast<size_t>(T));  // [T][H, start + t + 1]
+    for (int64_t t = 0; t < T; ++t) {
+      alone_weights[size_t(t)].resize(size_t(H * (start + t + 1)));
+      cpu::paged_attention(alone.data() + t * H * D, q.data() + t * H * D, {k_pool.data(), type},
+                           {v_pool.data(), type}, table.data(), 1, start + t, block_size, H, KVH, D, nullptr,
+                           alone_weights[size_t(t)].data(), 1);
     }
-  }
+    for (const int threads : {1, 2, 3, 8}) {
+      CAPTURE(threads);
+      std::vector<float> tiled(alone.size()), weights(size_t(H * T * P));  // [T, H * D], [H, T, P]
+      cpu::paged_attention(tiled.data(), q.data(), {k_pool.data(), type}, {v_pool.data(), type}, table.data(), T,
+                           start, block_size, H, KVH, D, nullptr, weights.data(), threads);
+      CHECK(std::memcmp(tiled.data(), alone.data(), tiled.size() * sizeof(float)) == 0);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < H; ++h) {
+          const int64_t attended = start + t + 1;
+          CHECK(std::memcmp(weights.data() + (h * T + t) * P, alone_weights[size_t(t)].data() + h * attended,
+                            size_t(attended) * sizeof(float)) == 0);
+        }
+    }
+  });
 }
