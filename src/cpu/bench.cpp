@@ -214,16 +214,19 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
   double decode_seconds = 0;
   cpu::DecodeProductSplit products;
   cpu::PrefillProductTimes prefill_products;
+  cpu::AttentionTimes prefill_attention, decode_attention;
   double prefill_seconds_total = 0;
   for (int run = 0; run < options.runs; ++run) {
     ForwardBatch batch;
     batch.sequences.push_back({0, prompt, 0, table, false});
     cpu::start_timing_prefill_products();
+    cpu::start_timing_attention();
     auto t0 = Clock::now();
     double cpu0 = process_cpu_seconds();
     ForwardOutput out = backend.forward(batch);
     const double prefill_seconds = seconds_since(t0);
     prefill_products += cpu::stop_timing_prefill_products();
+    prefill_attention += cpu::stop_timing_attention();
     prefill_seconds_total += prefill_seconds;
     prefill_rates.push_back(T / prefill_seconds);
     prefill_cpu_rates.push_back(T / (process_cpu_seconds() - cpu0) * r.threads);
@@ -233,6 +236,7 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
     double run_decode_seconds = 0, probe_cpu_seconds = 0;  // the steps' own time (the probe parts between them apart)
     cpu0 = process_cpu_seconds();
     cpu::start_timing_decode_products();
+    cpu::start_timing_attention();
     for (int g = 0; g < options.gen_tokens; ++g) {
       t0 = Clock::now();
       ForwardBatch step;
@@ -250,6 +254,7 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
       }
     }
     const cpu::DecodeProductSplit run_products = cpu::stop_timing_decode_products();
+    decode_attention += cpu::stop_timing_attention();
     decode_seconds += run_decode_seconds;
     products.static_split += run_products.static_split;
     products.stealing += run_products.stealing;
@@ -268,6 +273,14 @@ BenchResult run_bench(Backend& backend, const BenchOptions& options) {
       r.decode_static_split_gb_s = products.static_split.weight_bytes / products.static_split.seconds / 1e9;
       r.decode_stealing_gb_s = products.stealing.weight_bytes / products.stealing.seconds / 1e9;
     }
+  }
+  if (prefill_attention.seconds > 0 && prefill_seconds_total > 0) {
+    r.prefill_attention_share = prefill_attention.seconds / prefill_seconds_total;
+    r.prefill_attention_gflop_s = prefill_attention.flops / prefill_attention.seconds / 1e9;
+  }
+  if (decode_attention.seconds > 0 && decode_seconds > 0) {
+    r.decode_attention_share = decode_attention.seconds / decode_seconds;
+    r.decode_attention_gb_s = decode_attention.kv_bytes / decode_attention.seconds / 1e9;
   }
   if (prefill_products.seconds > 0 && prefill_seconds_total > 0) {
     r.prefill_product_share = prefill_products.seconds / prefill_seconds_total;
@@ -453,6 +466,27 @@ std::string format_bench_table(const BenchResult& r) {
                   100.0 * r.decode_product_share, r.decode_product_gb_s, 100.0 * r.decode_product_gb_s / r.bandwidth_gb_s);
     out << line;
   }
+  if (r.prefill_attention_share > 0) {
+    std::snprintf(line, sizeof line, "prefill  attention %.1f%% of prefill time, at %.1f GFLOP/s", 100.0 * r.prefill_attention_share,
+                  r.prefill_attention_gflop_s);
+    out << line;
+    if (r.f32_fma_gflop_s > 0) {
+      std::snprintf(line, sizeof line, " (%.1f%% of the f32 FMA peak)", 100.0 * r.prefill_attention_gflop_s / r.f32_fma_gflop_s);
+      out << line;
+    }
+    out << "\n";
+  }
+  if (r.decode_attention_share > 0) {
+    std::snprintf(line, sizeof line, "decode   attention %.1f%% of decode time (%lld to %lld positions); K and V read at %.1f GB/s inside it",
+                  100.0 * r.decode_attention_share, (long long)r.prompt_tokens + 1,
+                  (long long)r.prompt_tokens + r.gen_tokens, r.decode_attention_gb_s);
+    out << line;
+    if (r.bandwidth_gb_s > 0) {
+      std::snprintf(line, sizeof line, " (%.1f%% of the probe's median)", 100.0 * r.decode_attention_gb_s / r.bandwidth_gb_s);
+      out << line;
+    }
+    out << "\n";
+  }
   if (r.decode_stealing_gb_s > 0) {
     std::snprintf(line, sizeof line,
                   "decode   rows shared statically %.1f GB/s, by work stealing %.1f GB/s (JOURNEY_DECODE_STEAL=alternate: "
@@ -524,6 +558,10 @@ nlohmann::json bench_json(const BenchResult& r) {
           {"prefill_threads_busy", r.prefill_threads_busy},
           {"decode_product_share", r.decode_product_share},
           {"decode_product_gb_s", r.decode_product_gb_s},
+          {"prefill_attention_share", r.prefill_attention_share},
+          {"prefill_attention_gflop_s", r.prefill_attention_gflop_s},
+          {"decode_attention_share", r.decode_attention_share},
+          {"decode_attention_gb_s", r.decode_attention_gb_s},
           {"decode_static_split_gb_s", r.decode_static_split_gb_s},
           {"decode_stealing_gb_s", r.decode_stealing_gb_s},
           {"ceilings_measured", r.ceilings_measured}};

@@ -133,6 +133,12 @@ struct BenchResult {
   // rounding or quantization included) and the share of their time x threads that the threads
   // were busy in their own rows (the rest: one waiting for the other at the end of a product).
   double prefill_product_share = 0, prefill_product_gflop_s = 0, prefill_threads_busy = 0;
+  // --device cpu: attention timed apart (cpu::AttentionTimes), over every run: its share of the
+  // prefill time and the rate of its arithmetic (4 H D FLOPs per attended (query, position)); its
+  // share of the decode time and the rate the step's K and V rows were read at inside it — what
+  // grows with the context where the products' share shrinks.
+  double prefill_attention_share = 0, prefill_attention_gflop_s = 0;
+  double decode_attention_share = 0, decode_attention_gb_s = 0;
   double decode_static_split_gb_s = 0, decode_stealing_gb_s = 0;
   double load_average = -1;           // 1-minute load average when the run started
   // Whether this machine's ceilings were measured (BenchOptions::measure_ceilings): not for a GPU,

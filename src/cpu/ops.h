@@ -172,6 +172,22 @@ void kv_cache_write(KvPool k_pool,              // [num_blocks, block_size, KVH,
                     const int32_t* block_table, // [ceil((start + T) / block_size)]
                     int64_t T, int64_t start, int64_t block_size, int64_t KVH, int64_t D);
 
+// paged_attention timed apart, for journey bench: attention's share of a prefill or a decode step
+// (which grows with the context while the products' does not), the rate of its arithmetic (4 H D
+// FLOPs per attended (query, position): the scores and the mix) and the rate its K and V rows were
+// read at (each position's rows of every kv head once per call). Off unless started (a clock read
+// per call). Sums over calls: where a batch's sequences attend side by side, more than the wall time.
+struct AttentionTimes {
+  double seconds = 0, flops = 0, kv_bytes = 0;
+  int64_t calls = 0;
+  AttentionTimes& operator+=(const AttentionTimes& more) {
+    seconds += more.seconds, flops += more.flops, kv_bytes += more.kv_bytes, calls += more.calls;
+    return *this;
+  }
+};
+void start_timing_attention();          // sums reset, timing on
+AttentionTimes stop_timing_attention();  // timing off: the sums since the start
+
 // attention() with K/V read from the pool through the block table (widened to f32 per row).
 void paged_attention(float* context,              // [T, H * D]
                      const float* q,              // [T, H, D]

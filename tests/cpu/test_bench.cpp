@@ -70,6 +70,18 @@ TEST_CASE("bench: with the ceilings measured, every run's decode has its own ban
   CHECK(r.decode_product_gb_s > 0);
   CHECK(json["decode_product_gb_s"].get<double>() == doctest::Approx(r.decode_product_gb_s));
   CHECK(table.find("inside them") != std::string::npos);
+  // attention timed apart: a share of each phase's time that leaves room for the products', the
+  // rate of its arithmetic and of its K and V reads, and the lines that say so
+  CHECK(r.prefill_attention_share > 0);
+  CHECK(r.prefill_attention_share + r.prefill_product_share <= 1);
+  CHECK(r.prefill_attention_gflop_s > 0);
+  CHECK(r.decode_attention_share > 0);
+  CHECK(r.decode_attention_share + r.decode_product_share <= 1);
+  CHECK(r.decode_attention_gb_s > 0);
+  CHECK(json["decode_attention_gb_s"].get<double>() == doctest::Approx(r.decode_attention_gb_s));
+  CHECK(json["prefill_attention_share"].get<double>() == doctest::Approx(r.prefill_attention_share));
+  CHECK(table.find("prefill  attention") != std::string::npos);
+  CHECK(table.find("K and V read at") != std::string::npos);
   // the prefill products timed apart: a share of the prefill time, a rate, the threads' busy share
   CHECK(r.prefill_product_share > 0);
   CHECK(r.prefill_product_share <= 1);
