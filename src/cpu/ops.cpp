@@ -99,7 +99,7 @@ void attention_core(float* context, const float* q, KeyRow key_row, DType k_type
   // rows in L1 for the tile's other queries (the 1.1B shape's attention over 512 new positions, two
   // threads: 9.0-10.6 -> 7.7-9.9 ms a layer; bench_paged_attention). Fewer queries a tile where
   // that would leave a thread without work.
-  int64_t tile = heads_in_lanes ? kQueryTile : 1;
+  int64_t tile = heads_in_lanes ? std::min(kQueryTile, T) : 1;
   while (tile > 1 && KVH * ((T + tile - 1) / tile) < threads) --tile;
   const int64_t tiles = (T + tile - 1) / tile;
   // The heads taken together: a kv head's whole group, or the largest part of it (a divisor) that
