@@ -466,26 +466,27 @@ std::string format_bench_table(const BenchResult& r) {
                   100.0 * r.decode_product_share, r.decode_product_gb_s, 100.0 * r.decode_product_gb_s / r.bandwidth_gb_s);
     out << line;
   }
-  if (r.prefill_attention_share > 0) {
-    std::snprintf(line, sizeof line, "prefill  attention %.1f%% of prefill time, at %.1f GFLOP/s", 100.0 * r.prefill_attention_share,
-                  r.prefill_attention_gflop_s);
-    out << line;
-    if (r.f32_fma_gflop_s > 0) {
-      std::snprintf(line, sizeof line, " (%.1f%% of the f32 FMA peak)", 100.0 * r.prefill_attention_gflop_s / r.f32_fma_gflop_s);
+  // a rate and, where its ceiling was measured, its share of that ceiling, then the line's end
+  auto against = [&](double rate, double ceiling, const char* ceiling_name) {
+    if (ceiling > 0) {
+      std::snprintf(line, sizeof line, " (%.1f%% of %s)", 100.0 * rate / ceiling, ceiling_name);
       out << line;
     }
     out << "\n";
+  };
+  if (r.prefill_attention_share > 0) {
+    std::snprintf(line, sizeof line, "prefill  attention %.1f%% of prefill time, at %.1f GFLOP/s",
+                  100.0 * r.prefill_attention_share, r.prefill_attention_gflop_s);
+    out << line;
+    against(r.prefill_attention_gflop_s, r.f32_fma_gflop_s, "the f32 FMA peak");
   }
   if (r.decode_attention_share > 0) {
-    std::snprintf(line, sizeof line, "decode   attention %.1f%% of decode time (%lld to %lld positions); K and V read at %.1f GB/s inside it",
+    std::snprintf(line, sizeof line,
+                  "decode   attention %.1f%% of decode time (%lld to %lld positions); K and V read at %.1f GB/s inside it",
                   100.0 * r.decode_attention_share, (long long)r.prompt_tokens + 1,
                   (long long)r.prompt_tokens + r.gen_tokens, r.decode_attention_gb_s);
     out << line;
-    if (r.bandwidth_gb_s > 0) {
-      std::snprintf(line, sizeof line, " (%.1f%% of the probe's median)", 100.0 * r.decode_attention_gb_s / r.bandwidth_gb_s);
-      out << line;
-    }
-    out << "\n";
+    against(r.decode_attention_gb_s, r.bandwidth_gb_s, "the probe's median");
   }
   if (r.decode_stealing_gb_s > 0) {
     std::snprintf(line, sizeof line,
