@@ -577,54 +577,6 @@ void kv_cache_write(KvPool k_pool, KvPool v_pool, const float* k, const float* v
 }
 
 namespace {
-struct AttentionTimer {
-  std::atomic<bool> on{false};
-  std::atomic<double> seconds{0}, flops{0}, kv_bytes{0};
-  std::atomic<int64_t> calls{0};
-};
-AttentionTimer& attention_timer() {
-  static AttentionTimer timer;
-  return timer;
-}
-void paged_attention_untimed(float* context, const float* q, KvPool k_pool, KvPool v_pool, const int32_t* block_table,
-                             int64_t T, int64_t start, int64_t block_size, int64_t H, int64_t KVH, int64_t D,
-                             float* scores_out, float* weights_out, int threads);
-}  // namespace
-
-void start_timing_attention() {
-  AttentionTimer& timer = attention_timer();
-  timer.seconds = 0, timer.flops = 0, timer.kv_bytes = 0, timer.calls = 0;
-  timer.on = true;
-}
-
-AttentionTimes stop_timing_attention() {
-  AttentionTimer& timer = attention_timer();
-  timer.on = false;
-  return {timer.seconds.load(), timer.flops.load(), timer.kv_bytes.load(), timer.calls.load()};
-}
-
-void paged_attention(float* context, const float* q, KvPool k_pool, KvPool v_pool, const int32_t* block_table,
-                     int64_t T, int64_t start, int64_t block_size, int64_t H, int64_t KVH, int64_t D,
-                     float* scores_out, float* weights_out, int threads) {
-  AttentionTimer& timer = attention_timer();
-  if (!timer.on.load(std::memory_order_relaxed))
-    return paged_attention_untimed(context, q, k_pool, v_pool, block_table, T, start, block_size, H, KVH, D,
-                                   scores_out, weights_out, threads);
-  const auto t0 = std::chrono::steady_clock::now();
-  paged_attention_untimed(context, q, k_pool, v_pool, block_table, T, start, block_size, H, KVH, D, scores_out,
-                          weights_out, threads);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // query t attends start + t + 1 positions
-  const double attended = double(T) * double(start) + double(T) * double(T + 1) / 2.0;
-  const double P = double(start + T);
-  timer.seconds.fetch_add(seconds, std::memory_order_relaxed);
-  timer.flops.fetch_add(4.0 * double(H) * double(D) * attended, std::memory_order_relaxed);
-  timer.kv_bytes.fetch_add(P * double(KVH) * double(dtype_bytes_for(k_pool.type, D) + dtype_bytes_for(v_pool.type, D)),
-                           std::memory_order_relaxed);
-  timer.calls.fetch_add(1, std::memory_order_relaxed);
-}
-
-namespace {
 void paged_attention_untimed(float* context, const float* q, KvPool k_pool, KvPool v_pool, const int32_t* block_table,
                              int64_t T, int64_t start, int64_t block_size, int64_t H, int64_t KVH, int64_t D,
                              float* scores_out, float* weights_out, int threads) {
@@ -645,6 +597,48 @@ void paged_attention_untimed(float* context, const float* q, KvPool k_pool, KvPo
   attention_core(context, q, key_row, k_pool.type, value_row, v_pool.type, T, start, H, KVH, D, scores_out,
                  weights_out, threads);
 }
+
+struct AttentionTimer {
+  std::atomic<bool> on{false};
+  std::atomic<double> seconds{0}, flops{0}, kv_bytes{0};
+  std::atomic<int64_t> calls{0};
+};
+AttentionTimer& attention_timer() {
+  static AttentionTimer timer;
+  return timer;
+}
 }  // namespace
+
+void start_timing_attention() {
+  AttentionTimer& timer = attention_timer();
+  timer.seconds = 0, timer.flops = 0, timer.kv_bytes = 0, timer.calls = 0;
+  timer.on = true;
+}
+
+AttentionTimes stop_timing_attention() {
+  AttentionTimer& timer = attention_timer();
+  timer.on = false;
+  return {timer.seconds.load(), timer.flops.load(), timer.kv_bytes.load(), timer.calls.load()};
+}
+
+void paged_attention(float* context, const float* q, KvPool k_pool, KvPool v_pool, const int32_t* block_table,
+                     int64_t T, int64_t start, int64_t block_size, int64_t H, int64_t KVH, int64_t D,
+                     float* scores_out, float* weights_out, int threads) {
+  AttentionTimer& timer = attention_timer();
+  const bool timed = timer.on.load(std::memory_order_relaxed);
+  const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  paged_attention_untimed(context, q, k_pool, v_pool, block_table, T, start, block_size, H, KVH, D, scores_out,
+                          weights_out, threads);
+  if (!timed) return;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // query t attends start + t + 1 positions
+  const double attended = double(T) * double(start) + double(T) * double(T + 1) / 2.0;
+  const double P = double(start + T);
+  timer.seconds.fetch_add(seconds, std::memory_order_relaxed);
+  timer.flops.fetch_add(4.0 * double(H) * double(D) * attended, std::memory_order_relaxed);
+  timer.kv_bytes.fetch_add(P * double(KVH) * double(dtype_bytes_for(k_pool.type, D) + dtype_bytes_for(v_pool.type, D)),
+                           std::memory_order_relaxed);
+  timer.calls.fetch_add(1, std::memory_order_relaxed);
+}
 
 }  // namespace journey::cpu
