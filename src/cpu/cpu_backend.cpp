@@ -167,7 +167,8 @@ class WeightLoader {
       for (size_t offset = 0; offset < c.bytes; offset += chunk) {
         const size_t n = std::min(chunk, c.bytes - offset);
         if (c.row_groups)
-          cpu::kernels::rows_to_groups(c.type, c.from + offset, int64_t(n / c.row_bytes), c.row_in, c.to + offset);
+          cpu::kernels::rows_to_groups(c.type, cpu::kernels::group_layout(cpu::kernels::best_isa()), c.from + offset,
+                                       int64_t(n / c.row_bytes), c.row_in, c.to + offset);
         else
           std::memcpy(c.to + offset, c.from + offset, n);
         if (c.file_mapped) drop_pages(c.from + offset, n);  // the file's pages are no longer needed here
@@ -188,9 +189,9 @@ class WeightLoader {
 
  private:
   enum class Use { Linear, RowGather };
-  // Whether a copied matrix is regrouped by 8 rows for the decode dot (kernels.h, has_row_groups).
+  // Whether a copied matrix is regrouped by 8 rows for the decode dot (kernels.h, has_row_group_dot).
   bool grouped(const TensorRef& t, int64_t rows, Use use) const {
-    return use == Use::Linear && cpu::kernels::has_row_groups(t.dtype) &&
+    return use == Use::Linear && cpu::kernels::has_row_group_dot(t.dtype, cpu::kernels::best_isa()) &&
            std::find(options_.row_groups.begin(), options_.row_groups.end(), t.dtype) != options_.row_groups.end() &&
            rows % cpu::kernels::kGroupRows == 0 &&
            cpu::kernels::table(cpu::kernels::best_isa()).dot_row_groups != nullptr;

@@ -168,14 +168,14 @@ struct KernelTable {
   // result does not depend on `count`. AVX2, AVX-512 and aarch64 dotprod; nullptr in the generic table.
   void (*dot_rows)(DType type, const void* first, size_t row_bytes, int64_t count, const QuantizedActivations& x,
                    int64_t n, float* out);
-  // dot_rows for a Q4_0 or Q8_0 matrix stored in row groups (block_q4_0x8, block_q8_0x8 below):
-  // `group_count` consecutive groups from `groups` against one quantized activation row, out
-  // [8 * group_count].
+  // dot_rows for a matrix stored in row groups (block_q4_0x8, block_q8_0x8, block_q4_kx8 below; the
+  // types has_row_group_dot lists, in group_layout(isa)): `group_count` consecutive groups from
+  // `groups` against one quantized activation row, out [8 * group_count].
   // Each row's result equals dot_rows' on the same row as stored, bit for bit: the same integer
-  // sums in the same lanes, the same scales, FMAs and order of sums, only two rows per 512-bit
-  // register (one per 256-bit half) and the activation block loaded once for eight rows. NaN for
-  // other types.
-  // AVX512-VNNI only; nullptr in the other tables (those CPUs keep the rows as stored).
+  // sums, the same scales, FMAs and order of sums — AVX512-VNNI: two rows per 512-bit register (one
+  // per 256-bit half); AVX2: the 8 rows in the lanes of each register — with the activation block
+  // loaded once for eight rows. NaN for other types.
+  // AVX512-VNNI and AVX2; nullptr in the other tables (those CPUs keep the rows as stored).
   void (*dot_row_groups)(DType type, const void* groups, int64_t group_count, const QuantizedActivations& x,
                          int64_t n, float* out);
   // dot() of up to kTokenRows unpacked rows with every token of a batch at once (batched decode,
@@ -369,8 +369,17 @@ inline bool has_fused_dot(DType type, Isa isa) {
 //                 | qs[4][4][64] (128): chunk c (qs bytes 32c .. 32c + 31) of rows 2p, 2p + 1
 //
 // so one 512-bit load (and for Q4_0 two masks) gives rows 2p and 2p + 1 in the 256-bit halves of a
-// register, each half what the stored row's kernel has in its one 256-bit register. Which types
-// are grouped is CpuOptions::row_groups (by default Q4_0 and Q4_K: cpu_backend.h says why).
+// register, each half what the stored row's kernel has in its one 256-bit register
+// (GroupLayout::Pairs, AVX512-VNNI's). AVX2 has no instruction that sums a row's 32 products into
+// one lane cheaply, so its Q4_0 chunk puts the 8 rows in the 8 lanes of a register instead
+// (GroupLayout::Quads, the same 144 bytes):
+//
+//   block_q4_0x8  | d[8] f16 (0): as above
+//   (Quads)       | qs[128] (16): byte 32j + 4r + i (j, i < 4) = row r's stored byte 4j + i (its
+//                 |   quants 4j + i and 16 + 4j + i in the low and high nibbles)
+//
+// Which types are grouped is CpuOptions::row_groups (by default Q4_0 and Q4_K: cpu_backend.h says why)
+// where the CPU's kernels read them (has_row_group_dot).
 // Only matrices copied at load are grouped (not `--mmap`, which uses the file's bytes in place), only
 // linear weights (not the embedding table, which is read by rows), rows a multiple of 8, and only
 // where the CPU has dot_row_groups; JOURNEY_ROW_GROUPS=off keeps every matrix as stored. Batched
@@ -396,17 +405,28 @@ struct block_q4_kx8 {
   uint8_t qs[4][kGroupRows / 2][64];  // [chunk c][pair p]: row 2p's qs[32c .. 32c + 31], then row 2p + 1's
 };
 static_assert(sizeof(block_q4_kx8) == kGroupRows * 144, "a group chunk holds the 8 rows' super-blocks, nothing more");
-// The types whose rows can be grouped.
+// The types whose rows can be grouped (on some CPU).
 inline bool has_row_groups(DType type) { return type == DType::Q4_0 || type == DType::Q8_0 || type == DType::Q4_K; }
+// How a chunk's quants are ordered (above): Pairs for AVX512-VNNI's kernels (every type with
+// groups), Quads for AVX2's (Q4_0).
+enum class GroupLayout { Pairs, Quads };
+inline GroupLayout group_layout(Isa isa) { return isa == Isa::Avx2 ? GroupLayout::Quads : GroupLayout::Pairs; }
+// The types whose groups KernelTable::dot_row_groups of `isa` multiplies (in group_layout(isa)):
+// Q4_0, Q8_0 and Q4_K on AVX512-VNNI, Q4_0 on AVX2, none elsewhere. Only these are grouped at load.
+inline bool has_row_group_dot(DType type, Isa isa) {
+  return isa == Isa::Avx512 ? has_row_groups(type) : isa == Isa::Avx2 && type == DType::Q4_0;
+}
 // Rows [0, rows) of a matrix of such a type with `in` values per row (rows a multiple of 8) into
-// groups: `grouped` has the same size as `stored`.
-void rows_to_groups(DType type, const void* stored, int64_t rows, int64_t in, void* grouped);
+// groups of `layout` (Quads: Q4_0 only; another pair is a std::logic_error): `grouped` has the same
+// size as `stored`.
+void rows_to_groups(DType type, GroupLayout layout, const void* stored, int64_t rows, int64_t in, void* grouped);
 // Rows [first, first + count) of a grouped matrix back as stored, into `stored` ([count] rows).
-void rows_from_groups(DType type, const void* grouped, int64_t in, int64_t first, int64_t count, void* stored);
+void rows_from_groups(DType type, GroupLayout layout, const void* grouped, int64_t in, int64_t first, int64_t count,
+                      void* stored);
 // The same for blocks [first_block, first_block + block_count) of each row only: `stored` gets
 // [count, block_count] blocks (what prefill's bf16 panels take one slice at a time).
-void row_blocks_from_groups(DType type, const void* grouped, int64_t in, int64_t first, int64_t count,
-                            int64_t first_block, int64_t block_count, void* stored);
+void row_blocks_from_groups(DType type, GroupLayout layout, const void* grouped, int64_t in, int64_t first,
+                            int64_t count, int64_t first_block, int64_t block_count, void* stored);
 
 // The sum of each Q8_0 block's 32 quants, for dot_tokens_q8_0_sums: rows [0, count) of a stored
 // Q8_0 matrix of `in` values per row into sums [count, in / 32] (|sum| <= 32 x 128 fits int16).

@@ -54,6 +54,16 @@ void q4_0_take(const block_q4_0x8& c, int r, quant::block_q4_0& block) {
   std::memcpy(block.qs, &packed, 16);
 }
 
+// GroupLayout::Quads (AVX2): row r's stored bytes 4j .. 4j + 3 at 32j + 4r of the chunk's qs.
+void q4_0_quads_place(block_q4_0x8& c, int r, const quant::block_q4_0& block) {
+  c.d[r] = block.d;
+  for (int j = 0; j < 4; ++j) std::memcpy(c.qs + 32 * j + 4 * r, block.qs + 4 * j, 4);
+}
+void q4_0_quads_take(const block_q4_0x8& c, int r, quant::block_q4_0& block) {
+  block.d = c.d[r];
+  for (int j = 0; j < 4; ++j) std::memcpy(block.qs + 4 * j, c.qs + 32 * j + 4 * r, 4);
+}
+
 // The layouts that place each row's block on its own (Q8_0, Q4_K; Q4_0 packs two rows' nibbles
 // per byte, above): `place(chunk, r, block)` puts row r's block into the chunk, `take(chunk, r,
 // block)` takes it back; these loops walk the groups and rows.
@@ -104,20 +114,35 @@ void q4_k_take(const block_q4_kx8& c, int r, quant::block_q4_k& block) {
   for (int k = 0; k < 4; ++k) std::memcpy(block.qs + 32 * k, &c.qs[k][r / 2][32 * (r % 2)], 32);
 }
 
+[[noreturn]] void no_layout(const char* what, DType type, GroupLayout layout) {
+  throw std::logic_error(std::string(what) + ": " + std::string(dtype_name(type)) + " has no row groups" +
+                         (layout == GroupLayout::Quads ? " in the Quads layout" : ""));
+}
+
 }  // namespace
 
-void rows_to_groups(DType type, const void* stored, int64_t rows, int64_t in, void* grouped) {
+void rows_to_groups(DType type, GroupLayout layout, const void* stored, int64_t rows, int64_t in, void* grouped) {
+  if (layout == GroupLayout::Quads) {
+    if (type != DType::Q4_0) no_layout("rows_to_groups", type, layout);
+    return each_row_to_groups<quant::block_q4_0, block_q4_0x8>(stored, rows, in / quant::kQK, grouped,
+                                                               q4_0_quads_place);
+  }
   if (type == DType::Q4_0) return q4_0_rows_to_groups(stored, rows, in, grouped);
   if (type == DType::Q8_0)
     return each_row_to_groups<quant::block_q8_0, block_q8_0x8>(stored, rows, in / quant::kQK, grouped, q8_0_place);
   if (type == DType::Q4_K)
     return each_row_to_groups<quant::block_q4_k, block_q4_kx8>(stored, rows, in / quant::kQK_K, grouped, q4_k_place);
-  throw std::logic_error("rows_to_groups: " + std::string(dtype_name(type)) + " has no row groups");
+  no_layout("rows_to_groups", type, layout);
 }
 
-void row_blocks_from_groups(DType type, const void* grouped, int64_t in, int64_t first, int64_t count,
-                            int64_t first_block, int64_t block_count, void* stored) {
+void row_blocks_from_groups(DType type, GroupLayout layout, const void* grouped, int64_t in, int64_t first,
+                            int64_t count, int64_t first_block, int64_t block_count, void* stored) {
   const int64_t blocks = in / dtype_block_size(type);
+  if (layout == GroupLayout::Quads) {
+    if (type != DType::Q4_0) no_layout("rows_from_groups", type, layout);
+    return each_row_from_groups<quant::block_q4_0, block_q4_0x8>(grouped, blocks, first, count, first_block,
+                                                                 block_count, stored, q4_0_quads_take);
+  }
   if (type == DType::Q4_0)
     return each_row_from_groups<quant::block_q4_0, block_q4_0x8>(grouped, blocks, first, count, first_block,
                                                                  block_count, stored, q4_0_take);
@@ -127,11 +152,12 @@ void row_blocks_from_groups(DType type, const void* grouped, int64_t in, int64_t
   if (type == DType::Q4_K)
     return each_row_from_groups<quant::block_q4_k, block_q4_kx8>(grouped, blocks, first, count, first_block,
                                                                  block_count, stored, q4_k_take);
-  throw std::logic_error("rows_from_groups: " + std::string(dtype_name(type)) + " has no row groups");
+  no_layout("rows_from_groups", type, layout);
 }
 
-void rows_from_groups(DType type, const void* grouped, int64_t in, int64_t first, int64_t count, void* stored) {
-  row_blocks_from_groups(type, grouped, in, first, count, 0, in / dtype_block_size(type), stored);
+void rows_from_groups(DType type, GroupLayout layout, const void* grouped, int64_t in, int64_t first, int64_t count,
+                      void* stored) {
+  row_blocks_from_groups(type, layout, grouped, in, first, count, 0, in / dtype_block_size(type), stored);
 }
 
 void q8_0_block_sums(const void* rows, int64_t count, int64_t in, int16_t* sums) {

@@ -295,7 +295,7 @@ void PreparedInput::run_block(const LinearTarget& target, int64_t begin, int64_t
     ensure(s.stored, size_t(kStoredChunkRows) * row_bytes);
     for (int64_t r0 = begin; r0 < end; r0 += kStoredChunkRows) {
       const int64_t n = std::min(kStoredChunkRows, end - r0);
-      kernels::rows_from_groups(type, weight, in, r0, n, s.stored.data());
+      kernels::rows_from_groups(type, kernels::group_layout(isa), weight, in, r0, n, s.stored.data());
       const LinearTarget rows{target.y + r0, WeightView{s.stored.data(), type}, target.bias ? target.bias + r0 : nullptr,
                               out};
       run_block(rows, 0, n);

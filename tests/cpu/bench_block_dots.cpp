@@ -103,19 +103,19 @@ int main(int argc, char** argv) {
       }, repeat) / kRows;
     }
     double grouped = -1, back = -1, grouped_tokens = -1;
-    if (k.dot_row_groups && cpu::kernels::has_row_groups(type)) {
+    if (k.dot_row_groups && cpu::kernels::has_row_group_dot(type, isa)) {
       constexpr int64_t G = cpu::kernels::kGroupRows;
       std::vector<uint8_t> rows(size_t(G * row_bytes)), groups(size_t(G * row_bytes));
       for (int64_t r = 0; r < G; ++r)
         quant::quantize(type, w.data() + (r % kRows) * in, rows.data() + r * row_bytes, in);
-      cpu::kernels::rows_to_groups(type, rows.data(), G, in, groups.data());
+      cpu::kernels::rows_to_groups(type, cpu::kernels::group_layout(isa), rows.data(), G, in, groups.data());
       float group_out[G];
       grouped = time_call([&] {
         k.dot_row_groups(type, groups.data(), 1, x0, in, group_out);
         sink += group_out[0];
       }, repeat / int(G) + 1) / double(G);
       back = time_call([&] {
-        cpu::kernels::rows_from_groups(type, groups.data(), in, 0, G, rows.data());
+        cpu::kernels::rows_from_groups(type, cpu::kernels::group_layout(isa), groups.data(), in, 0, G, rows.data());
         sink += float(rows[5]);
       }, repeat / int(G) + 1) / double(G);
       if (k.dot_tokens_grouped && cpu::kernels::has_grouped_token_dot(type, isa)) {

@@ -75,9 +75,9 @@ int main(int argc, char** argv) {
     for (int r = 0; r < 64; ++r) quant::quantize(type, w.data() + r * in, distinct.data() + r * row_bytes, in);
 #pragma omp parallel for num_threads(int(threads)) schedule(static)
     for (int64_t r = 0; r < rows; ++r) std::memcpy(stored.data() + r * row_bytes, distinct.data() + r % 64 * row_bytes, size_t(row_bytes));
-    const bool groups = k.dot_row_groups && cpu::kernels::has_row_groups(type);
+    const bool groups = k.dot_row_groups && cpu::kernels::has_row_group_dot(type, isa);
     HugePageVector<uint8_t> grouped(groups ? stored.size() : 0);
-    if (groups) cpu::kernels::rows_to_groups(type, stored.data(), rows, in, grouped.data());
+    if (groups) cpu::kernels::rows_to_groups(type, cpu::kernels::group_layout(isa), stored.data(), rows, in, grouped.data());
     cpu::QuantizedInput qx;
     qx.quantize(x.data(), 1, in, dtype_block_size(type) == 256 ? 256 : 32);
     const cpu::kernels::QuantizedActivations x0{qx.q.data(), qx.dx.data(), qx.gsum.data(), qx.xs.data()};

@@ -294,11 +294,12 @@ TEST_CASE("kernels: dot_rows over many rows gives each row the value it gets alo
 }
 
 TEST_CASE("kernels: Q4_0, Q8_0 and Q4_K rows in groups of 8 hold the stored bytes, and their decode dots equal the stored rows' bit for bit") {
-  // 16 rows (two groups) of 800 (25 blocks: the 4-block loop and a tail block) and 768 (no tail;
-  // Q4_K: 3 super-blocks, and 1024); extreme quants planted in some blocks (Q4_0: 0 and 15, Q8_0:
-  // -127 and 127) so a quant placed in the wrong half, pair or row shows
+  // 16 rows (two groups) of 800 (25 blocks: the 4- and 8-block loops and a tail block), 992 (31: a
+  // tail of 7 blocks after AVX2's 8-block loop) and 768 (no tail; Q4_K: 3 super-blocks, and 1024,
+  // 2048); extreme quants planted in some blocks (Q4_0: 0 and 15, Q8_0: -127 and 127) so a quant
+  // placed in the wrong half, pair, quad or row shows
   for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K})
-  for (int64_t n : {int64_t(768), int64_t(type == DType::Q4_K ? 1024 : 800)}) {
+  for (int64_t n : {int64_t(768), int64_t(type == DType::Q4_K ? 1024 : 800), int64_t(type == DType::Q4_K ? 2048 : 992)}) {
     CAPTURE(dtype_name(type)); CAPTURE(n);
     constexpr int64_t kRows = 16;
     const size_t row_bytes = size_t(dtype_bytes_for(type, n));
@@ -309,15 +310,27 @@ TEST_CASE("kernels: Q4_0, Q8_0 and Q4_K rows in groups of 8 hold the stored byte
       const auto bytes = quantized(type, values);
       std::memcpy(stored.data() + r * row_bytes, bytes.data(), row_bytes);
     }
-    std::vector<uint8_t> grouped(stored.size()), back(stored.size(), 0xAB);
-    cpu::kernels::rows_to_groups(type, stored.data(), kRows, n, grouped.data());
-    CHECK(grouped != stored);  // (the layout moves bytes)
-    cpu::kernels::rows_from_groups(type, grouped.data(), n, 0, kRows, back.data());
-    CHECK(back == stored);
-    // any run of rows, groups crossed
-    std::vector<uint8_t> some(size_t(5) * row_bytes);
-    cpu::kernels::rows_from_groups(type, grouped.data(), n, 6, 5, some.data());
-    CHECK(std::memcmp(some.data(), stored.data() + 6 * row_bytes, some.size()) == 0);
+    // every layout the type has (Pairs: AVX512-VNNI's; Quads: AVX2's Q4_0), made on any CPU
+    using cpu::kernels::GroupLayout;
+    std::vector<uint8_t> grouped(stored.size()), quads(type == DType::Q4_0 ? stored.size() : 0);
+    cpu::kernels::rows_to_groups(type, GroupLayout::Pairs, stored.data(), kRows, n, grouped.data());
+    if (type == DType::Q4_0) cpu::kernels::rows_to_groups(type, GroupLayout::Quads, stored.data(), kRows, n, quads.data());
+    else CHECK_THROWS_WITH(cpu::kernels::rows_to_groups(type, GroupLayout::Quads, stored.data(), kRows, n, quads.data()),
+                           doctest::Contains("has no row groups in the Quads layout"));
+    for (GroupLayout layout : {GroupLayout::Pairs, GroupLayout::Quads}) {
+      if (layout == GroupLayout::Quads && type != DType::Q4_0) continue;
+      CAPTURE(layout == GroupLayout::Quads);
+      const std::vector<uint8_t>& groups = layout == GroupLayout::Pairs ? grouped : quads;
+      CHECK(groups != stored);  // (the layout moves bytes)
+      std::vector<uint8_t> back(stored.size(), 0xAB);
+      cpu::kernels::rows_from_groups(type, layout, groups.data(), n, 0, kRows, back.data());
+      CHECK(back == stored);
+      // any run of rows, groups crossed
+      std::vector<uint8_t> some(size_t(5) * row_bytes);
+      cpu::kernels::rows_from_groups(type, layout, groups.data(), n, 6, 5, some.data());
+      CHECK(std::memcmp(some.data(), stored.data() + 6 * row_bytes, some.size()) == 0);
+    }
+    CHECK(grouped != quads);
 
     const auto x_values = scalar::random_vector(size_t(n), 61, 2.0f);
     cpu::QuantizedInput qx;
@@ -326,18 +339,19 @@ TEST_CASE("kernels: Q4_0, Q8_0 and Q4_K rows in groups of 8 hold the stored byte
     bool any = false;
     for (Isa isa : supported_isas()) {
       const auto& k = cpu::kernels::table(isa);
-      if (!k.dot_row_groups) continue;
+      if (!k.dot_row_groups || !cpu::kernels::has_row_group_dot(type, isa)) continue;
       any = true;
       CAPTURE(cpu::kernels::isa_name(isa));
+      const std::vector<uint8_t>& groups = cpu::kernels::group_layout(isa) == GroupLayout::Pairs ? grouped : quads;
       std::vector<float> from_groups(kRows, NAN), from_rows(kRows, NAN);
-      k.dot_row_groups(type, grouped.data(), kRows / cpu::kernels::kGroupRows, x, n, from_groups.data());
+      k.dot_row_groups(type, groups.data(), kRows / cpu::kernels::kGroupRows, x, n, from_groups.data());
       k.dot_rows(type, stored.data(), row_bytes, kRows, x, n, from_rows.data());
       for (int64_t r = 0; r < kRows; ++r) {
         CAPTURE(r);
         CHECK(std::memcmp(&from_groups[size_t(r)], &from_rows[size_t(r)], sizeof(float)) == 0);
       }
       float other[cpu::kernels::kGroupRows];
-      k.dot_row_groups(DType::Q4_1, grouped.data(), 1, x, n, other);  // (a type without groups)
+      k.dot_row_groups(DType::Q4_1, groups.data(), 1, x, n, other);  // (a type without groups)
       CHECK(std::isnan(other[0]));
       // batched decode: 7 tokens in the lanes, any run of up to 4 rows of a group (the second group)
       if (!k.dot_tokens_grouped || !cpu::kernels::has_grouped_token_dot(type, isa)) continue;
@@ -358,7 +372,7 @@ TEST_CASE("kernels: Q4_0, Q8_0 and Q4_K rows in groups of 8 hold the stored byte
           CHECK(std::memcmp(from_group.data(), from_rows.data(), size_t(count * L) * sizeof(float)) == 0);
         }
     }
-    if (!any) MESSAGE("no instruction set of this CPU has dot_row_groups (AVX512-VNNI); only the regrouping is tested");
+    if (!any) MESSAGE("no instruction set of this CPU has dot_row_groups for ", dtype_name(type), " (AVX512-VNNI; Q4_0 also AVX2); only the regrouping is tested");
     // prefill on bf16 panels filled straight from the groups: the stored rows' results, bit for bit
     // (rows 3 .. 15: panels that start inside a group and cross into the next)
     if (cpu::kernels::has_bf16_dot()) {
@@ -952,7 +966,8 @@ TEST_CASE("kernels: prefill_q4_0 and prefill_q4_k on rows regrouped by 8 (block_
           const int64_t row_bytes = dtype_bytes_for(type, n);
           const std::vector<uint8_t> stored = quantized_random_rows(type, kMatrixRows, n, 120);
           std::vector<uint8_t> grouped(stored.size());
-          cpu::kernels::rows_to_groups(type, stored.data(), kMatrixRows, n, grouped.data());
+          cpu::kernels::rows_to_groups(type, cpu::kernels::GroupLayout::Pairs, stored.data(), kMatrixRows, n,
+                                       grouped.data());
           REQUIRE(grouped != stored);  // (the layout did change)
           const auto x_values = scalar::random_vector(size_t(T * n), 121, 2.0f);
           cpu::QuantizedInput qx;

@@ -186,7 +186,8 @@ TEST_CASE("copying the weights leaves the model's own tensors intact, file-backe
 }
 
 // Q4_0, Q8_0 and Q4_K linear weights copied at load are regrouped by 8 rows for the one-token decode
-// dot (kernels.h, block_q4_0x8, ..) where the CPU has it; every product — one token, a
+// dot (kernels.h, block_q4_0x8, ..) where the CPU has it for the type (AVX512-VNNI: all three;
+// AVX2: Q4_0, in its own layout); every product — one token, a
 // few, the token lanes of a larger batch, a prefill — then gives exactly what it gives on the rows
 // as stored: the same logits, bit for bit. So do the Q8_0 block sums of batched decode
 // (CpuOptions::q8_0_block_sums, kernels::dot_tokens_q8_0_sums), made for Q8_0 matrices as stored.
@@ -197,8 +198,9 @@ TEST_CASE("Q4_0, Q8_0 and Q4_K weights regrouped by 8 rows at load give the logi
   for (const std::string type : {"q4_0", "q8_0", "q4_k"}) {
     CAPTURE(type);
     const LoadedModel model = load_model(write_quantized(f32, work / (type + ".gguf"), type));
-    const bool has_kernel = cpu::kernels::table(cpu::kernels::best_isa()).dot_row_groups != nullptr;
-    if (!has_kernel) MESSAGE("this CPU has no dot_row_groups (AVX512-VNNI): nothing is regrouped, checked below");
+    const cpu::kernels::Isa isa = cpu::kernels::best_isa();
+    const bool has_kernel = cpu::kernels::table(isa).dot_row_groups != nullptr;
+    if (!has_kernel) MESSAGE("this CPU has no dot_row_groups (AVX512-VNNI, AVX2): nothing is regrouped, checked below");
 
     struct Run {
       CpuLoadReport report;
@@ -245,19 +247,22 @@ TEST_CASE("Q4_0, Q8_0 and Q4_K weights regrouped by 8 rows at load give the logi
     // the output layer are of other types there, by the mix rules)
     // Q8_0's block sums: 2 bytes per block of every linear Q8_0 matrix as stored (the Q4_K_M mix holds
     // Q8_0 matrices too, where a row is not a multiple of 256); those of fewer than 8 rows stay ungrouped
-    int64_t regrouped = 0, output_regrouped = 0, sums_bytes = 0, q8_0_ungroupable = 0;
+    // (groupable: of a type with groups on some CPU; regrouped: on this one)
+    int64_t groupable = 0, regrouped = 0, output_groupable = 0, sums_bytes = 0, q8_0_ungroupable = 0;
     for (const auto& [name, t] : model.weights.all())
       if (t.shape.size() == 2 && name != "model.embed_tokens.weight" && cpu::kernels::has_row_groups(t.dtype)) {
-        regrouped += int64_t(t.nbytes);
-        if (name == "lm_head.weight") output_regrouped = int64_t(t.nbytes);
+        groupable += int64_t(t.nbytes);
+        if (has_kernel && cpu::kernels::has_row_group_dot(t.dtype, isa)) regrouped += int64_t(t.nbytes);
+        if (name == "lm_head.weight") output_groupable = int64_t(t.nbytes);
         if (t.dtype != DType::Q8_0) continue;
         const int64_t sums = int64_t(t.nbytes) / dtype_block_bytes(DType::Q8_0) * int64_t(sizeof(int16_t));
         sums_bytes += sums;
         if (t.shape[0] % cpu::kernels::kGroupRows != 0) q8_0_ungroupable += sums;
       }
-    CHECK(regrouped >= 4 * dtype_bytes_for(DType::Q4_0, 2 * 512 * 512));  // q and o at least, in each layer
-    CHECK((output_regrouped > 0) == (type == "q8_0"));
-    CHECK(grouped.report.bytes_grouped == (has_kernel ? regrouped : 0));
+    CHECK(groupable >= 4 * dtype_bytes_for(DType::Q4_0, 2 * 512 * 512));  // q and o at least, in each layer
+    CHECK((output_groupable > 0) == (type == "q8_0"));
+    if (type == "q4_0") CHECK((regrouped >= 4 * dtype_bytes_for(DType::Q4_0, 2 * 512 * 512)) == has_kernel);
+    CHECK(grouped.report.bytes_grouped == regrouped);
     CHECK(stored.report.bytes_grouped == 0);
     CHECK(in_place.report.bytes_grouped == 0);  // --mmap: the file's bytes as they are
     REQUIRE(grouped.logits.size() == stored.logits.size());
@@ -267,10 +272,11 @@ TEST_CASE("Q4_0, Q8_0 and Q4_K weights regrouped by 8 rows at load give the logi
     // the block sums, made where the CPU has the kernel (copied or in place, not grouped); the logits
     // those give are the logits without them
     const bool has_sums_kernel = cpu::kernels::table(cpu::kernels::best_isa()).dot_tokens_q8_0_sums != nullptr;
-    if (type == "q8_0") CHECK(sums_bytes == regrouped / dtype_block_bytes(DType::Q8_0) * int64_t(sizeof(int16_t)));
+    if (type == "q8_0") CHECK(sums_bytes == groupable / dtype_block_bytes(DType::Q8_0) * int64_t(sizeof(int16_t)));
     CHECK(stored.report.bytes_block_sums == (has_sums_kernel ? sums_bytes : 0));
     CHECK(in_place.report.bytes_block_sums == (has_sums_kernel ? sums_bytes : 0));
-    CHECK(grouped.report.bytes_block_sums == (has_kernel ? q8_0_ungroupable : stored.report.bytes_block_sums));  // grouped: none
+    const bool q8_0_grouped = cpu::kernels::has_row_group_dot(DType::Q8_0, isa);
+    CHECK(grouped.report.bytes_block_sums == (q8_0_grouped ? q8_0_ungroupable : stored.report.bytes_block_sums));  // grouped: none
     CHECK(no_sums.report.bytes_block_sums == 0);
     CHECK(std::memcmp(no_sums.logits.data(), stored.logits.data(), stored.logits.size() * sizeof(float)) == 0);
   }
