@@ -55,7 +55,8 @@ struct CpuOptions {
   DType kv_dtype = DType::F32;
   WeightPlacement weights = WeightPlacement::Auto;  // --mmap: InPlace, --no-mmap: Copy
   // Linear weights of these types copied at load are regrouped by 8 rows for the one-token decode
-  // dot where the CPU has it (kernels.h, block_q4_0x8 ..); empty keeps every matrix as stored. By
+  // dot where the CPU has it for the type (kernels.h, has_row_group_dot: AVX512-VNNI all three, AVX2
+  // Q4_0); empty keeps every matrix as stored. By
   // default Q4_0, and Q4_K on AMD: one-token decode of Q4_K_M 0-36 % faster on the Zen 4 VM (the
   // gain where its memory outruns the stored kernel), at a cost of 0-10 % in prefill and ~11 % in a
   // 16-stream step (when Q4_K's token lanes put the rows back first: they read the groups since

@@ -377,6 +377,9 @@ inline bool has_fused_dot(DType type, Isa isa) {
 //   block_q4_0x8  | d[8] f16 (0): as above
 //   (Quads)       | qs[128] (16): byte 32j + 4r + i (j, i < 4) = row r's stored byte 4j + i (its
 //                 |   quants 4j + i and 16 + 4j + i in the low and high nibbles)
+//   block_q4_kx8  | d[8], dmin[8] f16 (0, 16): as above
+//   (Quads)       | scales (32): byte 32k + 4r + i (k < 3, i < 4) = row r's packed scale byte 4k + i
+//                 | qs (128): byte 256c + 32j + 4r + i (c, i < 4, j < 8) = row r's qs byte 32c + 4j + i
 //
 // Which types are grouped is CpuOptions::row_groups (by default Q4_0 and Q4_K: cpu_backend.h says why)
 // where the CPU's kernels read them (has_row_group_dot).
@@ -408,17 +411,19 @@ static_assert(sizeof(block_q4_kx8) == kGroupRows * 144, "a group chunk holds the
 // The types whose rows can be grouped (on some CPU).
 inline bool has_row_groups(DType type) { return type == DType::Q4_0 || type == DType::Q8_0 || type == DType::Q4_K; }
 // How a chunk's quants are ordered (above): Pairs for AVX512-VNNI's kernels (every type with
-// groups), Quads for AVX2's (Q4_0).
+// groups), Quads for AVX2's (Q4_0, Q4_K).
 enum class GroupLayout { Pairs, Quads };
 inline GroupLayout group_layout(Isa isa) { return isa == Isa::Avx2 ? GroupLayout::Quads : GroupLayout::Pairs; }
 // The types whose groups KernelTable::dot_row_groups of `isa` multiplies (in group_layout(isa)):
-// Q4_0, Q8_0 and Q4_K on AVX512-VNNI, Q4_0 on AVX2, none elsewhere. Only these are grouped at load.
+// Q4_0, Q8_0 and Q4_K on AVX512-VNNI, Q4_0 and Q4_K on AVX2, none elsewhere. Only these are grouped
+// at load.
 inline bool has_row_group_dot(DType type, Isa isa) {
-  return isa == Isa::Avx512 ? has_row_groups(type) : isa == Isa::Avx2 && type == DType::Q4_0;
+  return isa == Isa::Avx512 ? has_row_groups(type)
+                            : isa == Isa::Avx2 && (type == DType::Q4_0 || type == DType::Q4_K);
 }
 // Rows [0, rows) of a matrix of such a type with `in` values per row (rows a multiple of 8) into
-// groups of `layout` (Quads: Q4_0 only; another pair is a std::logic_error): `grouped` has the same
-// size as `stored`.
+// groups of `layout` (Quads: Q4_0 and Q4_K; Q8_0 in Quads is a std::logic_error): `grouped` has the
+// same size as `stored`.
 void rows_to_groups(DType type, GroupLayout layout, const void* stored, int64_t rows, int64_t in, void* grouped);
 // Rows [first, first + count) of a grouped matrix back as stored, into `stored` ([count] rows).
 void rows_from_groups(DType type, GroupLayout layout, const void* grouped, int64_t in, int64_t first, int64_t count,

@@ -64,6 +64,25 @@ void q4_0_quads_take(const block_q4_0x8& c, int r, quant::block_q4_0& block) {
   for (int j = 0; j < 4; ++j) std::memcpy(block.qs + 4 * j, c.qs + 32 * j + 4 * r, 4);
 }
 
+// GroupLayout::Quads of Q4_K: d and dmin as in Pairs; word k of row r's packed scales at 32k + 4r
+// of the scales' 96 bytes, its qs bytes 32c + 4j .. + 3 at 256c + 32j + 4r of the qs' 1,024.
+void q4_k_quads_place(block_q4_kx8& c, int r, const quant::block_q4_k& block) {
+  c.d[r] = block.d, c.dmin[r] = block.dmin;
+  uint8_t* words = c.scales[0];
+  uint8_t* quads = c.qs[0][0];
+  for (int k = 0; k < 3; ++k) std::memcpy(words + 32 * k + 4 * r, block.scales + 4 * k, 4);
+  for (int chunk = 0; chunk < 4; ++chunk)
+    for (int j = 0; j < 8; ++j) std::memcpy(quads + 256 * chunk + 32 * j + 4 * r, block.qs + 32 * chunk + 4 * j, 4);
+}
+void q4_k_quads_take(const block_q4_kx8& c, int r, quant::block_q4_k& block) {
+  block.d = c.d[r], block.dmin = c.dmin[r];
+  const uint8_t* words = c.scales[0];
+  const uint8_t* quads = c.qs[0][0];
+  for (int k = 0; k < 3; ++k) std::memcpy(block.scales + 4 * k, words + 32 * k + 4 * r, 4);
+  for (int chunk = 0; chunk < 4; ++chunk)
+    for (int j = 0; j < 8; ++j) std::memcpy(block.qs + 32 * chunk + 4 * j, quads + 256 * chunk + 32 * j + 4 * r, 4);
+}
+
 // The layouts that place each row's block on its own (Q8_0, Q4_K; Q4_0 packs two rows' nibbles
 // per byte, above): `place(chunk, r, block)` puts row r's block into the chunk, `take(chunk, r,
 // block)` takes it back; these loops walk the groups and rows.
@@ -123,9 +142,13 @@ void q4_k_take(const block_q4_kx8& c, int r, quant::block_q4_k& block) {
 
 void rows_to_groups(DType type, GroupLayout layout, const void* stored, int64_t rows, int64_t in, void* grouped) {
   if (layout == GroupLayout::Quads) {
-    if (type != DType::Q4_0) no_layout("rows_to_groups", type, layout);
-    return each_row_to_groups<quant::block_q4_0, block_q4_0x8>(stored, rows, in / quant::kQK, grouped,
-                                                               q4_0_quads_place);
+    if (type == DType::Q4_0)
+      return each_row_to_groups<quant::block_q4_0, block_q4_0x8>(stored, rows, in / quant::kQK, grouped,
+                                                                 q4_0_quads_place);
+    if (type == DType::Q4_K)
+      return each_row_to_groups<quant::block_q4_k, block_q4_kx8>(stored, rows, in / quant::kQK_K, grouped,
+                                                                 q4_k_quads_place);
+    no_layout("rows_to_groups", type, layout);
   }
   if (type == DType::Q4_0) return q4_0_rows_to_groups(stored, rows, in, grouped);
   if (type == DType::Q8_0)
@@ -139,9 +162,13 @@ void row_blocks_from_groups(DType type, GroupLayout layout, const void* grouped,
                             int64_t count, int64_t first_block, int64_t block_count, void* stored) {
   const int64_t blocks = in / dtype_block_size(type);
   if (layout == GroupLayout::Quads) {
-    if (type != DType::Q4_0) no_layout("rows_from_groups", type, layout);
-    return each_row_from_groups<quant::block_q4_0, block_q4_0x8>(grouped, blocks, first, count, first_block,
-                                                                 block_count, stored, q4_0_quads_take);
+    if (type == DType::Q4_0)
+      return each_row_from_groups<quant::block_q4_0, block_q4_0x8>(grouped, blocks, first, count, first_block,
+                                                                   block_count, stored, q4_0_quads_take);
+    if (type == DType::Q4_K)
+      return each_row_from_groups<quant::block_q4_k, block_q4_kx8>(grouped, blocks, first, count, first_block,
+                                                                   block_count, stored, q4_k_quads_take);
+    no_layout("rows_from_groups", type, layout);
   }
   if (type == DType::Q4_0)
     return each_row_from_groups<quant::block_q4_0, block_q4_0x8>(grouped, blocks, first, count, first_block,

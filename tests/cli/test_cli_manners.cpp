@@ -364,7 +364,8 @@ TEST_CASE("JOURNEY_ROW_GROUPS: rows regrouped by 8 at load (said in bench's kern
         INFO(on.err); INFO(bench_on.err);
         REQUIRE((on.status == 0 && bench_on.status == 0));
         CHECK(on.out == off.out);  // each row's dot product has the same bits either way
-        // the CPUs with dot_row_groups: AVX512-VNNI for the three types, AVX2 for Q4_0
+        // the CPUs with dot_row_groups: AVX512-VNNI for the three types, AVX2 for Q4_0 and Q4_K (the
+        // q4_k file holds none of those: its Q5_0 and Q8_0 matrices are grouped on AVX512-VNNI only)
         const bool vnni = has(bench_on.out, "\"cpu_kernels\": \"avx512-vnni");
         const bool avx2 = has(bench_on.out, "\"cpu_kernels\": \"avx2");
         const bool has_kernel = vnni || (avx2 && type == "q4_0");
@@ -375,7 +376,7 @@ TEST_CASE("JOURNEY_ROW_GROUPS: rows regrouped by 8 at load (said in bench's kern
         CHECK(grouped == (has_kernel && chosen && placement == "--no-mmap"));
         grouped_somewhere = grouped_somewhere || grouped;
       }
-    if (!grouped_somewhere) MESSAGE("this CPU has no dot_row_groups for " + type + " (AVX512-VNNI; Q4_0 also AVX2): nothing was regrouped, the text compared all the same");
+    if (!grouped_somewhere) MESSAGE("this CPU has no dot_row_groups for " + type + " (AVX512-VNNI; Q4_0 and Q4_K also AVX2): nothing was regrouped, the text compared all the same");
   }
   for (const std::string bad_value : {"maybe", "q4_0,q5_0"}) {
     Run bad = journey_with("JOURNEY_ROW_GROUPS", bad_value, prompt);

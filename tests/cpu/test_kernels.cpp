@@ -310,15 +310,16 @@ TEST_CASE("kernels: Q4_0, Q8_0 and Q4_K rows in groups of 8 hold the stored byte
       const auto bytes = quantized(type, values);
       std::memcpy(stored.data() + r * row_bytes, bytes.data(), row_bytes);
     }
-    // every layout the type has (Pairs: AVX512-VNNI's; Quads: AVX2's Q4_0), made on any CPU
+    // every layout the type has (Pairs: AVX512-VNNI's; Quads: AVX2's Q4_0 and Q4_K), made on any CPU
     using cpu::kernels::GroupLayout;
-    std::vector<uint8_t> grouped(stored.size()), quads(type == DType::Q4_0 ? stored.size() : 0);
+    const bool has_quads = type != DType::Q8_0;
+    std::vector<uint8_t> grouped(stored.size()), quads(has_quads ? stored.size() : 0);
     cpu::kernels::rows_to_groups(type, GroupLayout::Pairs, stored.data(), kRows, n, grouped.data());
-    if (type == DType::Q4_0) cpu::kernels::rows_to_groups(type, GroupLayout::Quads, stored.data(), kRows, n, quads.data());
+    if (has_quads) cpu::kernels::rows_to_groups(type, GroupLayout::Quads, stored.data(), kRows, n, quads.data());
     else CHECK_THROWS_WITH(cpu::kernels::rows_to_groups(type, GroupLayout::Quads, stored.data(), kRows, n, quads.data()),
                            doctest::Contains("has no row groups in the Quads layout"));
     for (GroupLayout layout : {GroupLayout::Pairs, GroupLayout::Quads}) {
-      if (layout == GroupLayout::Quads && type != DType::Q4_0) continue;
+      if (layout == GroupLayout::Quads && !has_quads) continue;
       CAPTURE(layout == GroupLayout::Quads);
       const std::vector<uint8_t>& groups = layout == GroupLayout::Pairs ? grouped : quads;
       CHECK(groups != stored);  // (the layout moves bytes)
@@ -372,7 +373,7 @@ TEST_CASE("kernels: Q4_0, Q8_0 and Q4_K rows in groups of 8 hold the stored byte
           CHECK(std::memcmp(from_group.data(), from_rows.data(), size_t(count * L) * sizeof(float)) == 0);
         }
     }
-    if (!any) MESSAGE("no instruction set of this CPU has dot_row_groups for ", dtype_name(type), " (AVX512-VNNI; Q4_0 also AVX2); only the regrouping is tested");
+    if (!any) MESSAGE("no instruction set of this CPU has dot_row_groups for ", dtype_name(type), " (AVX512-VNNI; Q4_0 and Q4_K also AVX2); only the regrouping is tested");
     // prefill on bf16 panels filled straight from the groups: the stored rows' results, bit for bit
     // (rows 3 .. 15: panels that start inside a group and cross into the next)
     if (cpu::kernels::has_bf16_dot()) {

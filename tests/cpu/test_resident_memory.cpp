@@ -187,7 +187,7 @@ TEST_CASE("copying the weights leaves the model's own tensors intact, file-backe
 
 // Q4_0, Q8_0 and Q4_K linear weights copied at load are regrouped by 8 rows for the one-token decode
 // dot (kernels.h, block_q4_0x8, ..) where the CPU has it for the type (AVX512-VNNI: all three;
-// AVX2: Q4_0, in its own layout); every product — one token, a
+// AVX2: Q4_0 and Q4_K, in their own layout); every product — one token, a
 // few, the token lanes of a larger batch, a prefill — then gives exactly what it gives on the rows
 // as stored: the same logits, bit for bit. So do the Q8_0 block sums of batched decode
 // (CpuOptions::q8_0_block_sums, kernels::dot_tokens_q8_0_sums), made for Q8_0 matrices as stored.
