@@ -299,14 +299,17 @@ TraceTensor trace_view(const Buffer& buffer, std::vector<int64_t> shape) {
 
 }  // namespace
 
-// The measured default ("on"): Q4_0 everywhere; Q4_K on AMD only. On the Zen 4 VM grouped Q4_K
-// decoded 0-36 % faster (the gain where its memory outruns the stored kernel); on the 2-core Xeon
-// (Sapphire Rapids class) it decoded 5-11 % slower and prefilled 5-20 % slower (docs/performance.md,
-// "Q4_K rows in groups by default", "The Xeon VM again").
+// The measured default ("on"): Q4_0 everywhere; Q4_K on AMD CPUs with AVX512-VNNI only. On the Zen 4
+// VM grouped Q4_K decoded 0-36 % faster (the gain where its memory outruns the stored kernel); on
+// the 2-core Xeon (Sapphire Rapids class) it decoded 5-11 % slower and prefilled 5-20 % slower; on
+// the Zen 3 VM (AVX2's own layout) it decoded 4-9 points of the bandwidth faster per step where the
+// memory was fast, not faster where it was slow, and prefilled ~10 % slower (docs/performance.md,
+// "Q4_K rows in groups by default", "The Xeon VM again", "The Zen 3 VM a third time").
 std::vector<DType> measured_row_groups() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  if (__builtin_cpu_is("amd")) return {DType::Q4_0, DType::Q4_K};
+  if (__builtin_cpu_is("amd") && cpu::kernels::best_isa() == cpu::kernels::Isa::Avx512)
+    return {DType::Q4_0, DType::Q4_K};
 #endif
   return {DType::Q4_0};
 }

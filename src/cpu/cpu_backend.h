@@ -40,7 +40,7 @@ struct CpuLoadReport {
 };
 
 // The weight types whose matrices are regrouped by 8 rows at load (CpuOptions::row_groups), from
-// JOURNEY_ROW_GROUPS: unset or "on" the measured default, Q4_0 and, on AMD CPUs, Q4_K; "off" none; or a list of
+// JOURNEY_ROW_GROUPS: unset or "on" the measured default, Q4_0 and, on AMD CPUs with AVX512-VNNI, Q4_K; "off" none; or a list of
 // types with row groups ("q4_0,q8_0,q4_k": kernels::has_row_groups). Another value is an error
 // (journey::Error) naming it and the choices.
 std::vector<DType> default_row_groups();
@@ -56,13 +56,13 @@ struct CpuOptions {
   WeightPlacement weights = WeightPlacement::Auto;  // --mmap: InPlace, --no-mmap: Copy
   // Linear weights of these types copied at load are regrouped by 8 rows for the one-token decode
   // dot where the CPU has it for the type (kernels.h, has_row_group_dot: AVX512-VNNI all three, AVX2
-  // Q4_0); empty keeps every matrix as stored. By
-  // default Q4_0, and Q4_K on AMD: one-token decode of Q4_K_M 0-36 % faster on the Zen 4 VM (the
-  // gain where its memory outruns the stored kernel), at a cost of 0-10 % in prefill and ~11 % in a
-  // 16-stream step (when Q4_K's token lanes put the rows back first: they read the groups since
-  // 2026-12-06, not measured again), and 5-11 % slower on the Xeon VM;
-  // Q8_0's grouped decode gained nothing on either, so it is opt-in (docs/performance.md, "Q4_K rows
-  // in groups by default", "The Xeon VM again").
+  // Q4_0 and Q4_K); empty keeps every matrix as stored. By default Q4_0, and Q4_K on AMD with
+  // AVX512-VNNI: one-token decode of Q4_K_M 0-36 % faster on the Zen 4 VM (the gain where its memory
+  // outruns the stored kernel), at a cost of 0-10 % in prefill and ~11 % in a 16-stream step (when
+  // Q4_K's token lanes put the rows back first: they read the groups since 2026-12-06, not measured
+  // again), and 5-11 % slower on the Xeon VM; Q8_0's grouped decode gained nothing on either, so it
+  // is opt-in (docs/performance.md, "Q4_K rows in groups by default", "The Xeon VM again"). AVX2's
+  // row groups cost batched decode and prefill the rows put back first: "The Zen 3 VM a third time".
   std::vector<DType> row_groups = default_row_groups();
   // Q8_0 linear matrices as stored get the sum of each block's quants ([rows, in / 32] int16, 1/17
   // of their bytes) where the CPU has kernels::dot_tokens_q8_0_sums (AVX512-VNNI): batched decode
