@@ -85,8 +85,8 @@ void q4_k_quads_take(const block_q4_kx8& c, int r, quant::block_q4_k& block) {
 
 // A whole Quads chunk back to its 8 rows at once (batched decode and prefill put every row of a
 // grouped matrix back, a chunk of rows at a time): the rows' words transposed 4 x 4 in vectors,
-// one 16-byte store per row and 4 words, where taking row by row stores 4 bytes at a time (1.1B
-// Q4_0, 16 streams: the step 245-259 ms as stored, 281-297 grouped with the row-by-row take).
+// one 16-byte store per row and 4 words, where taking row by row stores 4 bytes at a time (Q4_0
+// 102-182 -> 56-77 ns per row of 2048, Q4_K 85-142 -> 33-41; bench_block_dots' back/row).
 typedef uint32_t Words __attribute__((vector_size(16)));
 // Word i of the vector at src + j * src_step -> word j of the row at dst[i] (i, j < 4).
 inline void transpose_words_4x4(const uint8_t* src, size_t src_step, uint8_t* const dst[4]) {
@@ -116,7 +116,7 @@ void q4_k_quads_take_all(const block_q4_kx8& c, quant::block_q4_k* rows, int64_t
     for (int k = 0; k < 3; ++k) std::memcpy(block.scales + 4 * k, words + 32 * k + 4 * r, 4);
   }
   for (int chunk = 0; chunk < 4; ++chunk)
-    for (int quad = 0; quad < 8; quad += 4)  // quads 4q .. 4q + 3 of rows 4h .. 4h + 3
+    for (int quad = 0; quad < 8; quad += 4)  // quads quad .. quad + 3 of rows 4 half .. 4 half + 3
       for (int half = 0; half < 2; ++half) {
         uint8_t* dst[4];
         for (int i = 0; i < 4; ++i) dst[i] = rows[(4 * half + i) * stride].qs + 32 * chunk + 4 * quad;
