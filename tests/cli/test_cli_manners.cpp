@@ -376,7 +376,9 @@ TEST_CASE("JOURNEY_ROW_GROUPS: rows regrouped by 8 at load (said in bench's kern
         CHECK(grouped == (has_kernel && chosen && placement == "--no-mmap"));
         grouped_somewhere = grouped_somewhere || grouped;
       }
-    if (!grouped_somewhere) MESSAGE("this CPU has no dot_row_groups for " + type + " (AVX512-VNNI; Q4_0 and Q4_K also AVX2): nothing was regrouped, the text compared all the same");
+    if (!grouped_somewhere)
+      MESSAGE(std::string("this CPU has no dot_row_groups for ") + type +
+              " (AVX512-VNNI; Q4_0 and Q4_K also AVX2): nothing was regrouped, the text compared all the same");
   }
   for (const std::string bad_value : {"maybe", "q4_0,q5_0"}) {
     Run bad = journey_with("JOURNEY_ROW_GROUPS", bad_value, prompt);
