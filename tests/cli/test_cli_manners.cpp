@@ -377,7 +377,7 @@ TEST_CASE("JOURNEY_ROW_GROUPS: rows regrouped by 8 at load (said in bench's kern
         grouped_somewhere = grouped_somewhere || grouped;
       }
     if (!grouped_somewhere)
-      MESSAGE(std::string("this CPU has no dot_row_groups for ") + type +
+      MESSAGE("this CPU has no dot_row_groups for ", type,
               " (AVX512-VNNI; Q4_0 and Q4_K also AVX2): nothing was regrouped, the text compared all the same");
   }
   for (const std::string bad_value : {"maybe", "q4_0,q5_0"}) {
